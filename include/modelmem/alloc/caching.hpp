@@ -1,0 +1,69 @@
+// The caching pool: PyTorch's CUDA caching allocator policy as defaults, every constant
+// configurable, with fixed-size segments or expandable segments (reserve address space per
+// (stream, pool), map pages on demand) as the segment source.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include "modelmem/allocator.hpp"
+#include "modelmem/device.hpp"
+
+namespace modelmem::alloc {
+
+struct CachingOptions {
+  std::size_t round_bytes = 512;         ///< every request is rounded up to this
+  std::size_t small_size = 1u << 20;     ///< requests <= go to the small pool
+  std::size_t small_segment = 2u << 20;  ///< small pool segment size
+  std::size_t large_segment =
+      20u << 20;  ///< large pool segment size for requests < min_large_alloc
+  std::size_t min_large_alloc = 10u << 20;  ///< requests >= are rounded to round_large
+  std::size_t round_large = 2u << 20;
+  /// Blocks larger than this are never split (max_split_size_mb); max() = unlimited.
+  std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+  /// roundup_power2_divisions: 0 = off. Key = lower edge of a power-of-two size interval in
+  /// bytes (0 applies to every size without its own entry), value = number of divisions.
+  std::map<std::size_t, unsigned> roundup_power2_divisions;
+  /// garbage_collection_threshold in (0, 1): free cached blocks (oldest first) once reserved
+  /// exceeds this fraction of the allowed memory. 0 = off.
+  double garbage_collection_threshold = 0.0;
+  /// per_process_memory_fraction in (0, 1]: cap on reserved bytes as a fraction of the device's
+  /// total memory.
+  double per_process_memory_fraction = 1.0;
+  bool expandable_segments = false;
+  /// Address space reserved per (stream, pool) with expandable segments; 0 = device total.
+  std::size_t expandable_reserve = 0;
+};
+
+/// Thread-safe (one mutex). Alignment of returned blocks: 512 bytes.
+class CachingAllocator : public Allocator {
+ public:
+  /// Throws Unsupported when expandable_segments is set but the device has no virtual memory
+  /// (the config factory probes first and falls back instead).
+  CachingAllocator(device::DevicePtr device, CachingOptions options = {});
+  ~CachingAllocator() override;
+
+  void* allocate(std::size_t size, Stream stream = 0) override;
+  void deallocate(void* ptr) override;
+  Stats stats() const override;
+  void reset_peak() override;
+  void trim() override;
+  std::string describe() const override;
+
+  /// The block is also used on `stream`: once freed, it is not reused by any stream until
+  /// synchronize() says the streams caught up.
+  void record_stream(void* ptr, Stream stream);
+  /// All streams are idle: blocks waiting on other streams become reusable.
+  void synchronize();
+  const CachingOptions& options() const noexcept;
+  const device::DevicePtr& device() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace modelmem::alloc

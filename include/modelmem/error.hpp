@@ -1,0 +1,71 @@
+// The one exception hierarchy of modelmem. Every layer throws these and nothing else for
+// conditions a caller can act on; the C and LD_PRELOAD surfaces turn them into return codes.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace modelmem {
+
+/// Base of every modelmem error.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Bad input from a user: a malformed file, config string, size or argument. CLI exit code 2.
+class InvalidInput : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The operation is not available here (e.g. virtual memory on a device without it).
+class Unsupported : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The numbers every out-of-memory report carries, so a user can tell fragmentation (free
+/// memory exists but no block is large enough) from exhaustion.
+struct OomInfo {
+  std::size_t requested = 0;
+  std::size_t device_free = 0;
+  std::size_t reserved = 0;
+  std::size_t allocated = 0;
+  std::size_t largest_free_block = 0;
+  std::optional<std::size_t> quota;  ///< set when a quota applied
+  std::string where;                 ///< device / pool / strategy that failed
+};
+
+/// Formats an OomInfo as one line with human-readable sizes.
+std::string describe(const OomInfo& info);
+
+/// An allocation could not be satisfied.
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(OomInfo info) : Error(describe(info)), info_(std::move(info)) {}
+  OutOfMemory(OomInfo info, const std::string& message) : Error(message), info_(std::move(info)) {}
+  const OomInfo& info() const noexcept { return info_; }
+
+ private:
+  OomInfo info_;
+};
+
+/// A named pool exceeded its quota; it never takes memory from another pool.
+class QuotaExceeded : public OutOfMemory {
+ public:
+  using OutOfMemory::OutOfMemory;
+};
+
+/// Formats a byte count as "1.50 MiB", "512 B", ...
+std::string format_bytes(std::size_t bytes);
+
+/// Overflow-checked size arithmetic; throws InvalidInput naming `what` on overflow.
+std::size_t checked_add(std::size_t a, std::size_t b, const char* what);
+std::size_t checked_mul(std::size_t a, std::size_t b, const char* what);
+/// Rounds `value` up to a multiple of `alignment` (any positive value), overflow-checked.
+std::size_t checked_align_up(std::size_t value, std::size_t alignment, const char* what);
+
+}  // namespace modelmem
