@@ -1,0 +1,193 @@
+// `modelmem solve FILE.csv`: reads a MiniMalloc CSV problem, runs one solver or all of them,
+// prints a comparison table, and writes the best plan as CSV or JSON.
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "modelmem/error.hpp"
+#include "modelmem/plan_io.hpp"
+#include "modelmem/solver.hpp"
+
+namespace modelmem::tools {
+namespace {
+
+struct SolveArgs {
+  std::string file;
+  std::string solver = "best";
+  std::string capacity;
+  double time_limit = 10;
+  std::string output;
+};
+
+std::size_t parse_bytes(const std::string& text, const char* what) {
+  std::size_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw InvalidInput(std::string(what) + ": '" + text +
+                       "' is not a non-negative integer byte count");
+  return v;
+}
+
+/// Progress on stderr for long searches, at most ten updates a second, erased when done.
+class Progress {
+ public:
+  explicit Progress(std::string solver) : solver_(std::move(solver)), enabled_(isatty(2)) {}
+  ~Progress() {
+    if (shown_) std::fprintf(stderr, "\r\033[K");
+  }
+  void operator()(std::size_t best, double elapsed) {
+    if (!enabled_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (shown_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    shown_ = true;
+    std::fprintf(stderr, "\r\033[K%s: best arena %zu, %.1f s", solver_.c_str(), best, elapsed);
+  }
+
+ private:
+  std::string solver_;
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+void write_json(const std::string& path, const plan::Problem& problem, const plan::Plan& plan,
+                const plan::SolveResult& result) {
+  nlohmann::json buffers = nlohmann::json::array();
+  for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
+    const auto& b = problem.buffers[i];
+    buffers.push_back({{"id", b.id},
+                       {"lower", b.start},
+                       {"upper", b.end},
+                       {"size", b.size},
+                       {"alignment", b.alignment},
+                       {"offset", plan.offsets[i]}});
+  }
+  nlohmann::json doc = {
+      {"source", problem.name},
+      {"solver", result.solver},
+      {"arena_size", plan.arena_size},
+      {"lower_bound", result.lower_bound},
+      {"proven_optimal", result.proven_optimal},
+      {"capacity", problem.capacity ? nlohmann::json(*problem.capacity) : nlohmann::json(nullptr)},
+      {"buffers", std::move(buffers)}};
+  std::ofstream out(path);
+  if (!out) throw InvalidInput(path + ": cannot open for writing");
+  out << doc.dump(2) << '\n';
+  if (!out) throw Error(path + ": write failed");
+}
+
+void write_output(const std::string& path, const plan::Problem& problem,
+                  const plan::SolveResult& result) {
+  auto ends_with = [&](const char* ext) {
+    std::string e = ext;
+    return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0;
+  };
+  if (ends_with(".json")) {
+    write_json(path, problem, *result.plan, result);
+  } else {
+    std::ofstream out(path);
+    if (!out) throw InvalidInput(path + ": cannot open for writing");
+    plan::write_plan_csv(out, problem, *result.plan);
+    if (!out) throw Error(path + ": write failed");
+  }
+}
+
+int run_solve(const SolveArgs& args) {
+  auto ends_with = [&](const char* ext) {
+    std::string e = ext;
+    return args.output.size() >= e.size() &&
+           args.output.compare(args.output.size() - e.size(), e.size(), e) == 0;
+  };
+  if (!args.output.empty() && !ends_with(".csv") && !ends_with(".json"))
+    throw InvalidInput("--output " + args.output + ": the name must end in .csv or .json");
+  if (!(args.time_limit > 0)) throw InvalidInput("--time-limit must be positive");
+
+  std::vector<std::string> names;
+  if (args.solver == "all") {
+    names = plan::solver_names();
+  } else {
+    plan::make_solver(args.solver);  // unknown names fail before the file is read
+    names.push_back(args.solver);
+  }
+  plan::Problem problem = plan::read_problem_csv(args.file);
+  if (!args.capacity.empty()) problem.capacity = parse_bytes(args.capacity, "--capacity");
+  const std::size_t lb = plan::lower_bound(problem);
+
+  fmt::print("{}: {} buffers, lower bound {}", args.file, problem.buffers.size(), lb);
+  if (problem.capacity) fmt::print(", capacity {}", *problem.capacity);
+  fmt::print("\n\n{:<16} {:>14} {:>8} {:>7} {:>10}  {}\n", "solver", "arena", "/ LB", "proven",
+             "time (s)", "note");
+
+  std::optional<plan::SolveResult> best;
+  for (const std::string& name : names) {
+    auto solver = plan::make_solver(name);
+    plan::SolveOptions options;
+    options.time_limit = std::chrono::duration<double>(args.time_limit);
+    Progress progress(name);
+    options.progress = [&progress](std::size_t arena, double elapsed) { progress(arena, elapsed); };
+    if (best) options.initial = best->plan;
+    std::fflush(stdout);
+    plan::SolveResult r = solver->solve(problem, options);
+    if (r.plan) {
+      auto v = plan::validate(problem, *r.plan);
+      if (!v) throw std::logic_error("solver " + name + " returned an invalid plan: " + v.message);
+    }
+    std::string arena = r.plan ? std::to_string(r.plan->arena_size) : "-";
+    std::string ratio =
+        r.plan && lb > 0 ? fmt::format("{:.4f}", double(r.plan->arena_size) / double(lb)) : "-";
+    std::string proven = r.proven_optimal ? "yes" : r.proven_infeasible ? "no fit" : "no";
+    fmt::print("{:<16} {:>14} {:>8} {:>7} {:>10.3f}  {}\n", name, arena, ratio, proven, r.seconds,
+               r.note);
+    if (r.plan && (!best || r.plan->arena_size < best->plan->arena_size)) best = std::move(r);
+  }
+  std::fflush(stdout);
+  if (!best) {
+    std::fprintf(stderr, "modelmem solve: no plan found%s\n",
+                 problem.capacity ? " within the capacity" : "");
+    return 1;
+  }
+  if (!args.output.empty()) {
+    write_output(args.output, problem, *best);
+    fmt::print("\nwrote the plan of {} (arena {}) to {}\n", best->solver, best->plan->arena_size,
+               args.output);
+  }
+  return 0;
+}
+
+void setup_solve(CLI::App& app, int& exit_code) {
+  static SolveArgs args;
+  auto* cmd = app.add_subcommand(
+      "solve", "Plan offsets for the buffers of a MiniMalloc CSV file (id,lower,upper,size)");
+  cmd->add_option("file", args.file, "problem file (CSV)")->required();
+  cmd->add_option("--solver", args.solver,
+                  "solver name, or 'all' for a comparison table (names: see below)")
+      ->capture_default_str();
+  cmd->add_option("--capacity", args.capacity, "arena limit in bytes; exit code 1 if no plan fits");
+  cmd->add_option("--time-limit", args.time_limit, "seconds for each searching solver")
+      ->capture_default_str();
+  cmd->add_option("--output,-o", args.output, "write the best plan to PLAN.csv or PLAN.json");
+  std::string names;
+  for (const auto& n : plan::solver_names()) names += (names.empty() ? "" : ", ") + n;
+  cmd->footer("Solvers: " + names +
+              ".\nExit codes: 0 plan found, 1 no plan fits the capacity (or none found in time), "
+              "2 bad input or usage.");
+  cmd->callback([&exit_code] { exit_code = run_solve(args); });
+}
+
+CommandRegistration reg(10, &setup_solve);
+
+}  // namespace
+}  // namespace modelmem::tools
