@@ -1,0 +1,594 @@
+#include "modelmem/alloc/planned.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "modelmem/error.hpp"
+#include "modelmem/period.hpp"
+#include "modelmem/solver.hpp"
+
+namespace modelmem::alloc {
+namespace {
+
+constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kNotLogged = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kNoArena = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kPage = 4096;
+
+// One planned step: the request sizes in order and, for each, its arena offset (kNoSlot for
+// blocks that outlived the step when it was recorded: those always go to the fallback).
+struct StepPlan {
+  std::vector<std::size_t> sizes;
+  std::vector<std::size_t> offsets;
+  std::size_t arena_size = 0;
+  std::uint64_t last_used = 0;
+};
+
+// What happened to one request of the step being watched; the plan of a step is made from this.
+struct LogEntry {
+  std::size_t size = 0;  // rounded
+  plan::Time alloc_t = 0;
+  plan::Time free_t = -1;  // -1: still live
+};
+
+struct Arena {
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+  std::size_t live = 0;  // blocks handed out and not yet returned
+};
+
+struct Live {
+  std::size_t requested = 0;
+  std::size_t rounded = 0;
+  std::size_t log_index = kNotLogged;  // entry in the log of step `step_id`
+  std::uint64_t step_id = 0;
+  std::size_t arena = kNoArena;  // index into arenas_
+  std::size_t offset = 0;
+};
+
+}  // namespace
+
+struct PlannedAllocator::Impl {
+  explicit Impl(PlannedOptions o) : options(std::move(o)) {}
+
+  PlannedOptions options;
+  mutable std::mutex mutex;
+
+  // Arenas: the current one is arenas_[current_arena]; older ones stay until their last block
+  // is returned (a bigger plan replaced them while blocks were still live).
+  std::vector<Arena> arenas;
+  std::size_t current_arena = kNoArena;
+  std::map<std::size_t, std::size_t> arena_live;  // offset -> end, current arena only
+
+  std::vector<StepPlan> plans;
+  std::uint64_t use_clock = 0;
+
+  // The step being watched.
+  bool in_step = false;
+  std::uint64_t step_id = 0;
+  std::uint64_t steps_begun = 0;
+  std::vector<LogEntry> log;
+  plan::Time clock = 0;
+  std::size_t current_plan = kNoSlot;
+  bool step_mismatch = false;
+  std::size_t consecutive_mismatches = 0;
+
+  // Automatic steps.
+  std::vector<std::uint64_t> history;  // rounded sizes of the last requests (ring, oldest first)
+  std::vector<std::size_t> live_at;    // logged blocks live just before each request in history
+  std::size_t period = 0;
+  std::uint64_t requests_seen = 0;  // requests >= min_size, ever
+  std::uint64_t phase_origin = 0;   // requests_seen value at which a step begins
+  std::uint64_t since_detection = 0;
+  std::size_t big_live = 0;  // live blocks of at least min_size
+  bool plan_next_step = false;
+
+  std::unordered_map<const void*, Live> live;
+  std::size_t live_bytes = 0;
+  PlannedStats pstats;
+  Stats own;  // arena counters (allocated/reserved/segments of the arena part)
+
+  std::size_t round(std::size_t size) const {
+    return checked_align_up(size, options.alignment, "planned arena request");
+  }
+
+  // ---------------------------------------------------------------- arena memory
+
+  void release_arena(std::size_t index) {
+    Arena& a = arenas[index];
+    if (a.base == nullptr) return;
+    options.device->deallocate(a.base, a.size);
+    own.reserved_bytes.all.sub(static_cast<std::int64_t>(a.size));
+    own.reserved_bytes.large.sub(static_cast<std::int64_t>(a.size));
+    own.segment.all.sub(1);
+    own.segment.large.sub(1);
+    own.num_device_free++;
+    a.base = nullptr;
+    a.size = 0;
+  }
+
+  // Makes the current arena at least `bytes` large. Returns false when the device refuses.
+  bool ensure_arena(std::size_t bytes) {
+    if (bytes == 0) return true;
+    if (current_arena != kNoArena && arenas[current_arena].size >= bytes) return true;
+    std::size_t size = checked_align_up(bytes, kPage, "planned arena size");
+    void* base = nullptr;
+    try {
+      base = options.device->allocate(size);
+    } catch (const OutOfMemory&) {
+      return false;
+    }
+    if (options.prefault) {
+      // One write per page: the kernel maps every page now rather than during a step.
+      auto* bytes_ptr = static_cast<volatile unsigned char*>(base);
+      for (std::size_t off = 0; off < size; off += kPage) bytes_ptr[off] = 0;
+    }
+    own.reserved_bytes.all.add(static_cast<std::int64_t>(size));
+    own.reserved_bytes.large.add(static_cast<std::int64_t>(size));
+    own.segment.all.add(1);
+    own.segment.large.add(1);
+    own.num_device_alloc++;
+    pstats.arena_allocations++;
+    if (current_arena != kNoArena && arenas[current_arena].live == 0) release_arena(current_arena);
+    // Reuse a released entry so the vector does not grow with every re-plan.
+    std::size_t index = arenas.size();
+    for (std::size_t i = 0; i < arenas.size(); ++i) {
+      if (arenas[i].base == nullptr) {
+        index = i;
+        break;
+      }
+    }
+    if (index == arenas.size()) arenas.emplace_back();
+    arenas[index] = Arena{static_cast<std::byte*>(base), size, 0};
+    current_arena = index;
+    arena_live.clear();
+    pstats.arena_size = size;
+    return true;
+  }
+
+  // ---------------------------------------------------------------- planning
+
+  void make_plan_from_log(bool is_replan) {
+    plan::Problem problem;
+    problem.name = "planned step";
+    std::vector<std::size_t> index_of;  // problem buffer -> log position
+    for (std::size_t i = 0; i < log.size(); ++i) {
+      const LogEntry& e = log[i];
+      if (e.free_t < 0) continue;  // outlives the step: kept out of the plan
+      plan::Buffer b;
+      b.id = std::to_string(i);
+      b.size = e.size;
+      b.start = e.alloc_t;
+      b.end = e.free_t;
+      b.alignment = options.alignment;
+      problem.buffers.push_back(std::move(b));
+      index_of.push_back(i);
+    }
+    plan::Plan result;
+    if (!problem.buffers.empty()) {
+      try {
+        if (options.planner) {
+          result = options.planner(problem);
+        } else {
+          plan::SolveOptions so;
+          so.time_limit = options.solve_time_limit;
+          auto solved = plan::solve(problem, options.solver, so);
+          if (!solved.plan) return;
+          result = std::move(*solved.plan);
+        }
+      } catch (const Error&) {
+        return;  // no plan: the step stays with the fallback
+      }
+      if (!plan::validate(problem, result)) return;
+    }
+    StepPlan sp;
+    sp.sizes.reserve(log.size());
+    for (const LogEntry& e : log) sp.sizes.push_back(e.size);
+    sp.offsets.assign(log.size(), kNoSlot);
+    for (std::size_t k = 0; k < index_of.size(); ++k) sp.offsets[index_of[k]] = result.offsets[k];
+    sp.arena_size = result.arena_size;
+    if (!ensure_arena(sp.arena_size)) return;
+    sp.last_used = ++use_clock;
+    // The same sequence replaces its old plan; otherwise the least recently used plan goes.
+    for (auto& p : plans) {
+      if (p.sizes == sp.sizes) {
+        p = std::move(sp);
+        count_plan(is_replan);
+        return;
+      }
+    }
+    if (plans.size() >= std::max<std::size_t>(1, options.max_plans)) {
+      auto lru = std::min_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
+        return a.last_used < b.last_used;
+      });
+      plans.erase(lru);
+    }
+    plans.push_back(std::move(sp));
+    count_plan(is_replan);
+  }
+
+  void count_plan(bool is_replan) {
+    pstats.plans_made++;
+    if (is_replan) pstats.replans++;
+    pstats.plans_kept = plans.size();
+  }
+
+  // ---------------------------------------------------------------- steps
+
+  void start_step() {
+    in_step = true;
+    step_id++;
+    steps_begun++;
+    log.clear();
+    clock = 0;
+    current_plan = kNoSlot;
+    step_mismatch = false;
+  }
+
+  void finish_step() {
+    if (!in_step) return;
+    in_step = false;
+    pstats.steps++;
+    if (current_plan != kNoSlot && log.size() < plans[current_plan].sizes.size())
+      step_mismatch = true;  // truncated step
+    const bool planned_step = current_plan != kNoSlot || !plans.empty();
+    if (step_mismatch && planned_step) pstats.mismatched_steps++;
+    current_plan = kNoSlot;
+    if (log.empty()) return;
+    if (plan_next_step) {
+      plan_next_step = false;
+      make_plan_from_log(true);
+      return;
+    }
+    if (plans.empty()) {
+      if (options.auto_steps || steps_begun > options.warmup_steps) make_plan_from_log(false);
+      return;
+    }
+    if (step_mismatch) {
+      if (++consecutive_mismatches >= std::max<std::size_t>(1, options.mismatch_limit)) {
+        consecutive_mismatches = 0;
+        if (options.auto_steps) {
+          // The pattern changed and the step boundaries may be wrong with it: find the period
+          // again and plan the first step cut by it.
+          period = 0;
+          pstats.period = 0;
+          plan_next_step = true;
+        } else {
+          make_plan_from_log(true);
+        }
+      }
+    } else {
+      consecutive_mismatches = 0;
+    }
+  }
+
+  // Picks the plan for position `pos` with rounded size `size`: the current one if it still
+  // matches, else another whose sizes agree with everything requested in this step so far.
+  std::size_t choose_plan(std::size_t pos, std::size_t size) {
+    auto matches_now = [&](std::size_t p) {
+      return pos < plans[p].sizes.size() && plans[p].sizes[pos] == size;
+    };
+    if (current_plan != kNoSlot && matches_now(current_plan)) return current_plan;
+    std::size_t best = kNoSlot;
+    for (std::size_t p = 0; p < plans.size(); ++p) {
+      if (p == current_plan || !matches_now(p)) continue;
+      bool prefix = true;
+      for (std::size_t i = 0; i < pos && prefix; ++i) prefix = plans[p].sizes[i] == log[i].size;
+      if (!prefix) continue;
+      if (best == kNoSlot || plans[p].last_used > plans[best].last_used) best = p;
+    }
+    if (best != kNoSlot) {
+      current_plan = best;
+      plans[best].last_used = ++use_clock;
+    }
+    return best;
+  }
+
+  bool slot_free(std::size_t offset, std::size_t size) const {
+    auto it = arena_live.lower_bound(offset);
+    if (it != arena_live.end() && it->first < offset + size) return false;
+    if (it != arena_live.begin()) {
+      --it;
+      if (it->second > offset) return false;
+    }
+    return true;
+  }
+
+  // Automatic steps: called before each request >= min_size is handled.
+  void auto_boundary(std::size_t rounded) {
+    if (period != 0) {
+      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0) {
+        finish_step();
+        if (period != 0) start_step();  // finish_step may have dropped the period
+      }
+      return;
+    }
+    if (history.size() >= options.history) {
+      // Forget the older half at once: O(1) amortised per request.
+      const auto half = static_cast<std::ptrdiff_t>(history.size() / 2);
+      history.erase(history.begin(), history.begin() + half);
+      live_at.erase(live_at.begin(), live_at.begin() + half);
+    }
+    history.push_back(rounded);
+    live_at.push_back(big_live);
+    // Detection costs O(n * candidates): run it after a batch of new requests proportional to
+    // what is remembered, so its cost per request stays constant.
+    if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return;
+    // Too short a history cannot tell a step from one layer repeated inside it.
+    if (history.size() < options.min_history) return;
+    since_detection = 0;
+    plan::PeriodOptions po;
+    po.min_period = options.min_period;
+    po.min_repeats = 2;
+    po.min_match = 1.0;
+    po.min_coverage = 0.75;
+    plan::Period found = plan::detect_period(std::span<const std::uint64_t>(history), po);
+    if (!found.found || found.length == 0) return;
+    const std::size_t p = found.length;
+    // Begin steps where the fewest watched blocks are live, so few blocks outlive a step.
+    const std::size_t n = history.size();
+    std::size_t best = n - p;
+    for (std::size_t i = n - p; i < n; ++i)
+      if (live_at[i] < live_at[best]) best = i;
+    period = p;
+    pstats.period = p;
+    // history[n-1] is the current request, numbered requests_seen.
+    const std::uint64_t index_of_best = requests_seen - (n - 1 - best);
+    phase_origin = index_of_best == requests_seen ? requests_seen : index_of_best + p;
+    history.clear();
+    live_at.clear();
+    if (requests_seen == phase_origin) {
+      finish_step();
+      start_step();
+    }
+  }
+
+  void note_live(const void* ptr, const Live& l) {
+    live.emplace(ptr, l);
+    live_bytes += l.requested;
+    if (l.requested >= options.min_size) big_live++;
+    pstats.peak_live = std::max(pstats.peak_live, live_bytes);
+  }
+};
+
+PlannedAllocator::PlannedAllocator(PlannedOptions options) {
+  if (!options.fallback) throw InvalidInput("planned arena: no fallback allocator given");
+  if (!options.device) throw InvalidInput("planned arena: no device given");
+  if (options.alignment < 16 || (options.alignment & (options.alignment - 1)) != 0)
+    throw InvalidInput("planned arena: alignment " + std::to_string(options.alignment) +
+                       " is not a power of two >= 16");
+  if (options.history < 2 * options.min_period || options.history < options.min_history)
+    throw InvalidInput(
+        "planned arena: history must hold at least two periods and min_history requests");
+  impl_ = std::make_unique<Impl>(std::move(options));
+}
+
+PlannedAllocator::~PlannedAllocator() {
+  for (std::size_t i = 0; i < impl_->arenas.size(); ++i) impl_->release_arena(i);
+}
+
+void* PlannedAllocator::allocate(std::size_t size, Stream stream) {
+  if (size == 0) throw InvalidInput("planned arena: allocation of 0 bytes");
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  const std::size_t rounded = m.round(size);
+  Live l;
+  l.requested = size;
+  l.rounded = rounded;
+
+  auto from_fallback = [&]() {
+    void* p = m.options.fallback->allocate(size, stream);
+    m.note_live(p, l);
+    emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream);
+    return p;
+  };
+
+  if (size < m.options.min_size) {
+    m.pstats.unplanned++;
+    return from_fallback();
+  }
+  if (m.options.auto_steps) {
+    m.auto_boundary(rounded);
+    m.requests_seen++;
+  }
+  if (!m.in_step) {
+    m.pstats.unplanned++;
+    return from_fallback();
+  }
+
+  const std::size_t pos = m.log.size();
+  m.log.push_back(LogEntry{rounded, m.clock++, -1});
+  l.log_index = pos;
+  l.step_id = m.step_id;
+  if (m.plans.empty()) {
+    m.pstats.unplanned++;
+    return from_fallback();
+  }
+  std::size_t p = m.choose_plan(pos, rounded);
+  if (p == kNoSlot) {
+    m.pstats.misses++;
+    m.step_mismatch = true;
+    return from_fallback();
+  }
+  const std::size_t offset = m.plans[p].offsets[pos];
+  if (offset == kNoSlot) {
+    m.pstats.unplanned++;
+    return from_fallback();
+  }
+  Arena* arena = m.current_arena == kNoArena ? nullptr : &m.arenas[m.current_arena];
+  if (arena == nullptr || offset + rounded > arena->size || !m.slot_free(offset, rounded)) {
+    // The plan assumed this range is free by now; it is not (another order or interleaving).
+    m.pstats.misses++;
+    m.pstats.occupied++;
+    m.step_mismatch = true;
+    return from_fallback();
+  }
+  void* ptr = arena->base + offset;
+  m.arena_live.emplace(offset, offset + rounded);
+  arena->live++;
+  l.arena = m.current_arena;
+  l.offset = offset;
+  m.note_live(ptr, l);
+  m.pstats.hits++;
+  m.pstats.hit_bytes += size;
+  m.own.allocated_bytes.all.add(static_cast<std::int64_t>(rounded));
+  m.own.allocated_bytes.large.add(static_cast<std::int64_t>(rounded));
+  m.own.requested_bytes.all.add(static_cast<std::int64_t>(size));
+  m.own.requested_bytes.large.add(static_cast<std::int64_t>(size));
+  m.own.allocation.all.add(1);
+  m.own.allocation.large.add(1);
+  m.own.active.all.add(1);
+  m.own.active.large.add(1);
+  m.own.active_bytes.all.add(static_cast<std::int64_t>(rounded));
+  m.own.active_bytes.large.add(static_cast<std::int64_t>(rounded));
+  emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(ptr), size, stream);
+  return ptr;
+}
+
+void PlannedAllocator::deallocate(void* ptr) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  auto it = m.live.find(ptr);
+  if (it == m.live.end())
+    throw InvalidInput("planned arena: free of a pointer it did not hand out (or freed twice)");
+  Live l = it->second;
+  if (l.arena == kNoArena) {
+    m.options.fallback->deallocate(ptr);  // throws with our state unchanged
+  }
+  m.live.erase(it);
+  m.live_bytes -= l.requested;
+  if (l.requested >= m.options.min_size) m.big_live--;
+  if (l.log_index != kNotLogged) {
+    if (m.in_step && l.step_id == m.step_id) m.log[l.log_index].free_t = m.clock++;
+  }
+  if (l.arena != kNoArena) {
+    Arena& a = m.arenas[l.arena];
+    a.live--;
+    if (l.arena == m.current_arena) {
+      m.arena_live.erase(l.offset);
+    } else if (a.live == 0) {
+      m.release_arena(l.arena);
+    }
+    m.own.allocated_bytes.all.sub(static_cast<std::int64_t>(l.rounded));
+    m.own.allocated_bytes.large.sub(static_cast<std::int64_t>(l.rounded));
+    m.own.requested_bytes.all.sub(static_cast<std::int64_t>(l.requested));
+    m.own.requested_bytes.large.sub(static_cast<std::int64_t>(l.requested));
+    m.own.active.all.sub(1);
+    m.own.active.large.sub(1);
+    m.own.active_bytes.all.sub(static_cast<std::int64_t>(l.rounded));
+    m.own.active_bytes.large.sub(static_cast<std::int64_t>(l.rounded));
+    m.own.allocation.all.sub(1);
+    m.own.allocation.large.sub(1);
+  }
+  emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), l.requested);
+}
+
+Stats PlannedAllocator::stats() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  Stats s = m.options.fallback->stats();
+  auto merge = [](CounterSet& into, const CounterSet& from) {
+    for (PoolKind k : {PoolKind::kAll, PoolKind::kSmall, PoolKind::kLarge}) {
+      into[k].current += from[k].current;
+      into[k].peak += from[k].peak;
+      into[k].allocated += from[k].allocated;
+      into[k].freed += from[k].freed;
+    }
+  };
+  merge(s.allocated_bytes, m.own.allocated_bytes);
+  merge(s.reserved_bytes, m.own.reserved_bytes);
+  merge(s.active_bytes, m.own.active_bytes);
+  merge(s.requested_bytes, m.own.requested_bytes);
+  merge(s.allocation, m.own.allocation);
+  merge(s.segment, m.own.segment);
+  merge(s.active, m.own.active);
+  s.num_device_alloc += m.own.num_device_alloc;
+  s.num_device_free += m.own.num_device_free;
+  return s;
+}
+
+void PlannedAllocator::reset_peak() {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.options.fallback->reset_peak();
+  m.own.allocated_bytes.reset_peak();
+  m.own.reserved_bytes.reset_peak();
+  m.own.active_bytes.reset_peak();
+  m.own.requested_bytes.reset_peak();
+  m.own.allocation.reset_peak();
+  m.own.segment.reset_peak();
+  m.own.active.reset_peak();
+  m.pstats.peak_live = m.live_bytes;
+}
+
+void PlannedAllocator::trim() {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.options.fallback->trim();
+}
+
+std::string PlannedAllocator::describe() const {
+  const Impl& m = *impl_;
+  std::ostringstream out;
+  out << "planned(steps=" << (m.options.auto_steps ? "auto" : "marked")
+      << ", warmup_steps=" << m.options.warmup_steps
+      << ", mismatch_limit=" << m.options.mismatch_limit << ", max_plans=" << m.options.max_plans
+      << ", min_size=" << m.options.min_size << ", alignment=" << m.options.alignment
+      << ", solver=" << (m.options.planner ? std::string("custom") : m.options.solver)
+      << ", device=" << m.options.device->name() << ", fallback=" << m.options.fallback->describe()
+      << ")";
+  return out.str();
+}
+
+void PlannedAllocator::begin_step() {
+  emit_mark("step_begin");
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  if (m.options.auto_steps) return;
+  m.finish_step();
+  m.start_step();
+}
+
+void PlannedAllocator::end_step() {
+  emit_mark("step_end");
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  if (m.options.auto_steps) return;
+  m.finish_step();
+}
+
+PlannedStats PlannedAllocator::planned_stats() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  return m.pstats;
+}
+
+std::size_t PlannedAllocator::block_size(const void* ptr) const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  auto it = m.live.find(ptr);
+  return it == m.live.end() ? 0 : it->second.requested;
+}
+
+bool PlannedAllocator::in_arena(const void* ptr) const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  auto p = static_cast<const std::byte*>(ptr);
+  for (const Arena& a : m.arenas)
+    if (a.base != nullptr && p >= a.base && p < a.base + a.size) return true;
+  return false;
+}
+
+const PlannedOptions& PlannedAllocator::options() const noexcept {
+  return impl_->options;
+}
+
+}  // namespace modelmem::alloc
