@@ -302,14 +302,28 @@ struct PlannedAllocator::Impl {
     return true;
   }
 
-  // Automatic steps: called before each request >= min_size is handled.
-  void auto_boundary(std::size_t rounded) {
+  // Automatic steps: called before each request >= min_size is handled. Says which step marks
+  // the request crossed.
+  struct Crossed {
+    bool ended = false;
+    bool began = false;
+  };
+  Crossed boundary() {
+    Crossed c;
+    c.ended = in_step;
+    finish_step();
+    if (period != 0) {  // finish_step may have dropped the period
+      start_step();
+      c.began = true;
+    }
+    return c;
+  }
+
+  Crossed auto_boundary(std::size_t rounded) {
     if (period != 0) {
-      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0) {
-        finish_step();
-        if (period != 0) start_step();  // finish_step may have dropped the period
-      }
-      return;
+      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0)
+        return boundary();
+      return {};
     }
     if (history.size() >= options.history) {
       // Forget the older half at once: O(1) amortised per request.
@@ -321,9 +335,9 @@ struct PlannedAllocator::Impl {
     live_at.push_back(big_live);
     // Detection costs O(n * candidates): run it after a batch of new requests proportional to
     // what is remembered, so its cost per request stays constant.
-    if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return;
+    if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return {};
     // Too short a history cannot tell a step from one layer repeated inside it.
-    if (history.size() < options.min_history) return;
+    if (history.size() < options.min_history) return {};
     since_detection = 0;
     plan::PeriodOptions po;
     po.min_period = options.min_period;
@@ -331,7 +345,7 @@ struct PlannedAllocator::Impl {
     po.min_match = 1.0;
     po.min_coverage = 0.75;
     plan::Period found = plan::detect_period(std::span<const std::uint64_t>(history), po);
-    if (!found.found || found.length == 0) return;
+    if (!found.found || found.length == 0) return {};
     const std::size_t p = found.length;
     // Begin steps where the fewest watched blocks are live, so few blocks outlive a step.
     const std::size_t n = history.size();
@@ -345,10 +359,8 @@ struct PlannedAllocator::Impl {
     phase_origin = index_of_best == requests_seen ? requests_seen : index_of_best + p;
     history.clear();
     live_at.clear();
-    if (requests_seen == phase_origin) {
-      finish_step();
-      start_step();
-    }
+    if (requests_seen == phase_origin) return boundary();
+    return {};
   }
 
   void note_live(const void* ptr, const Live& l) {
@@ -368,6 +380,7 @@ PlannedAllocator::PlannedAllocator(PlannedOptions options) {
   if (options.history < 2 * options.min_period || options.history < options.min_history)
     throw InvalidInput(
         "planned arena: history must hold at least two periods and min_history requests");
+  if (!options.planner) plan::make_solver(options.solver);  // throws naming a wrong solver
   impl_ = std::make_unique<Impl>(std::move(options));
 }
 
@@ -396,8 +409,10 @@ void* PlannedAllocator::allocate(std::size_t size, Stream stream) {
     return from_fallback();
   }
   if (m.options.auto_steps) {
-    m.auto_boundary(rounded);
+    auto crossed = m.auto_boundary(rounded);
     m.requests_seen++;
+    if (crossed.ended) emit_mark("step_end");
+    if (crossed.began) emit_mark("step_begin");
   }
   if (!m.in_step) {
     m.pstats.unplanned++;

@@ -99,6 +99,9 @@ TEST(PlannedArena, RejectsBadOptions) {
   o = f.options();
   o.alignment = 48;
   EXPECT_THROW(PlannedAllocator{o}, InvalidInput);
+  o = f.options();
+  o.solver = "no-such-solver";
+  EXPECT_THROW(PlannedAllocator{o}, InvalidInput);
 }
 
 TEST(PlannedArena, RejectsZeroSizeUnknownPointerAndDoubleFree) {

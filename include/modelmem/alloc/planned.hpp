@@ -56,7 +56,7 @@ struct PlannedOptions {
   /// from it never faults.
   bool prefault = true;
   /// Solver used for a step plan (a name of plan::make_solver) and its time budget.
-  std::string solver = "best";
+  std::string solver = "best-fit";
   std::chrono::duration<double> solve_time_limit = std::chrono::milliseconds(500);
   /// Replaces the solver when set (tests, callers with their own planner). Must return a plan
   /// valid for the problem; an invalid plan is discarded.
@@ -84,7 +84,8 @@ struct PlannedStats {
 
 class PlannedAllocator : public Allocator {
  public:
-  /// Throws InvalidInput when fallback or device is missing or alignment is not a power of two.
+  /// Throws InvalidInput when fallback or device is missing, alignment is not a power of two,
+  /// or the solver is unknown.
   explicit PlannedAllocator(PlannedOptions options);
   ~PlannedAllocator() override;
 
