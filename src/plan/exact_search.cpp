@@ -1,0 +1,426 @@
+// The search keeps a skyline: floor_[s] is the lowest address still usable in time section s.
+// Every plan can be pushed down until each buffer rests on the floor or on another buffer
+// ("gravity"), so it is enough to build such plans from the bottom up. At each node the search
+// takes the lowest run of sections (leftmost on ties) at level m, bounded by higher walls, and
+// branches on which buffer is the leftmost one to sit exactly at m inside the run; the sections
+// to its left can then hold nothing at m and are raised ("wasted") up to the lower of the walls
+// around them. The last branch wastes the whole run. Each set of buffers at level m is thus met
+// once, in left-to-right order, instead of once per permutation.
+//
+// Pruning: per section, floor + bytes of unplaced buffers crossing it must stay within the
+// capacity (placing a buffer on the floor keeps that sum, so it is only checked when a floor is
+// raised); identical buffers are tried once per node; states (placed set + skyline) proven to
+// fail are remembered, and since a state failing at a capacity fails at every smaller one, the
+// memory is kept across the capacities of one minimisation.
+#include "exact_search.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+namespace modelmem::plan::detail {
+namespace {
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t floor_mix(int section, std::size_t level) {
+  return splitmix(splitmix(static_cast<std::uint64_t>(section) + 0x51ed27) ^ level);
+}
+
+constexpr std::size_t kMaxRemembered = std::size_t{1} << 21;
+constexpr std::uint64_t kRestartUnit = 512;
+
+// The Luby sequence 1 1 2 1 1 2 4 1 1 2 ...: restart lengths with a log-factor optimal worst case.
+std::uint64_t luby(std::uint64_t i) {
+  for (std::uint64_t k = 1;; ++k) {
+    std::uint64_t full = (std::uint64_t{1} << k) - 1;
+    if (i == full) return std::uint64_t{1} << (k - 1);
+    if (i < full) return luby(i - ((std::uint64_t{1} << (k - 1)) - 1));
+  }
+}
+
+}  // namespace
+
+ComponentSearch::ComponentSearch(const Problem& problem, std::vector<std::size_t> members,
+                                 bool memoize)
+    : members_(std::move(members)), memoize_(memoize) {
+  n_ = static_cast<int>(members_.size());
+  std::vector<Time> times;
+  times.reserve(members_.size() * 2);
+  for (std::size_t i : members_) {
+    times.push_back(problem.buffers[i].start);
+    times.push_back(problem.buffers[i].end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  sections_ = times.empty() ? 0 : static_cast<int>(times.size()) - 1;
+  auto index_of = [&](Time t) {
+    return static_cast<int>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+  };
+
+  size_.resize(n_);
+  align_.resize(n_);
+  lo_.resize(n_);
+  hi_.resize(n_);
+  std::vector<std::size_t> coverage(sections_ + 1, 0);
+  std::size_t g = 0;
+  for (int b = 0; b < n_; ++b) {
+    const Buffer& buf = problem.buffers[members_[b]];
+    size_[b] = buf.size;
+    align_[b] = std::max<std::size_t>(buf.alignment, 1);
+    lo_[b] = index_of(buf.start);
+    hi_[b] = index_of(buf.end);
+    g = std::gcd(g, buf.size);
+    if (align_[b] > 1) {
+      any_alignment_ = true;
+      g = std::gcd(g, align_[b]);
+    }
+    coverage[lo_[b]] += buf.size;
+    coverage[hi_[b]] -= buf.size;  // unsigned wrap-around cancels out in the prefix sum
+  }
+  unit_ = g == 0 ? 1 : g;
+  remaining_.assign(sections_, 0);
+  std::size_t live = 0;
+  for (int s = 0; s < sections_; ++s) {
+    live += coverage[s];
+    remaining_[s] = live;
+    lower_bound_ = std::max(lower_bound_, live);
+  }
+
+  // Identical buffers (same span, size, alignment) share a group key: only one of a group is
+  // tried per node.
+  std::vector<int> order(n_);
+  std::iota(order.begin(), order.end(), 0);
+  auto same = [&](int x, int y) {
+    return lo_[x] == lo_[y] && hi_[x] == hi_[y] && size_[x] == size_[y] && align_[x] == align_[y];
+  };
+  std::sort(order.begin(), order.end(), [&](int x, int y) {
+    return std::tie(lo_[x], hi_[x], size_[x], align_[x], x) <
+           std::tie(lo_[y], hi_[y], size_[y], align_[y], y);
+  });
+  group_.resize(n_);
+  std::uint64_t group = 0;
+  for (int k = 0; k < n_; ++k) {
+    if (k > 0 && !same(order[k - 1], order[k])) ++group;
+    group_[order[k]] = group;
+  }
+  set_branching_order(0);
+  zobrist_.resize(n_);
+  for (int b = 0; b < n_; ++b) zobrist_[b] = splitmix(0xabcdefULL + static_cast<std::uint64_t>(b));
+  floor_.assign(sections_, 0);
+  effective_.assign(sections_, 0);
+  offset_.assign(n_, 0);
+  placed_.assign(n_, 0);
+}
+
+// The order in which buffers starting in one section are tried. The first restarts use fixed
+// orders (longer first, larger first, larger area first); later ones draw random priorities,
+// so that a search stuck under an early wrong choice gets a fresh start (failed states stay
+// remembered across restarts).
+void ComponentSearch::set_branching_order(int restart) {
+  std::vector<std::uint64_t> rnd(n_);
+  for (int b = 0; b < n_; ++b)
+    rnd[b] = splitmix(static_cast<std::uint64_t>(restart) * 0x1000003ULL + group_[b]);
+  auto priority = [&](int b) -> long double {
+    long double len = hi_[b] - lo_[b], sz = static_cast<long double>(size_[b]);
+    switch (restart % 4) {
+      case 0:
+        return len * 1e20L + sz;
+      case 1:
+        return sz * 1e6L + len;
+      case 2:
+        return sz * len;
+      default:
+        return static_cast<long double>(rnd[b]);
+    }
+  };
+  starts_at_.assign(sections_, {});
+  std::vector<int> order(n_);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<long double> pri(n_);
+  for (int b = 0; b < n_; ++b) pri[b] = priority(b);
+  std::sort(order.begin(), order.end(), [&](int x, int y) {
+    if (pri[x] != pri[y]) return pri[x] > pri[y];
+    if (group_[x] != group_[y]) return group_[x] < group_[y];
+    return x < y;
+  });
+  for (int b : order) starts_at_[lo_[b]].push_back(b);
+}
+
+bool ComponentSearch::halted() {
+  return budget_->stopped() || (restart_limit_ != 0 && restart_nodes_ >= restart_limit_);
+}
+
+void ComponentSearch::set_floor(int s, std::size_t value) {
+  trail_.emplace_back(s, floor_[s]);
+  floor_hash_ ^= floor_mix(s, floor_[s]) ^ floor_mix(s, value);
+  floor_[s] = value;
+}
+
+void ComponentSearch::undo_floors(std::size_t mark) {
+  while (trail_.size() > mark) {
+    auto [s, old] = trail_.back();
+    trail_.pop_back();
+    floor_hash_ ^= floor_mix(s, floor_[s]) ^ floor_mix(s, old);
+    floor_[s] = old;
+  }
+}
+
+void ComponentSearch::place(int b, std::size_t offset) {
+  offset_[b] = offset;
+  placed_[b] = 1;
+  ++placed_count_;
+  placed_hash_ ^= zobrist_[b];
+  for (int s = lo_[b]; s < hi_[b]; ++s) {
+    remaining_[s] -= size_[b];
+    set_floor(s, offset + size_[b]);
+  }
+}
+
+void ComponentSearch::unplace(int b) {
+  placed_[b] = 0;
+  --placed_count_;
+  placed_hash_ ^= zobrist_[b];
+  for (int s = lo_[b]; s < hi_[b]; ++s) remaining_[s] += size_[b];
+}
+
+bool ComponentSearch::can_raise(int first, int last, std::size_t level) const {
+  for (int s = first; s <= last; ++s)
+    if (remaining_[s] > capacity_ - level) return false;
+  return true;
+}
+
+void ComponentSearch::raise(int first, int last, std::size_t level) {
+  for (int s = first; s <= last; ++s) set_floor(s, level);
+}
+
+// With alignment, a buffer lying entirely in [first, last] may rest on the floor `level` at
+// align_up(level) > level; a waste must not skip past that address.
+std::size_t ComponentSearch::next_aligned_level(int first, int last, std::size_t level,
+                                                std::size_t ceiling) const {
+  for (int s = first; s <= last; ++s) {
+    for (int b : starts_at_[s]) {
+      if (placed_[b] || hi_[b] > last + 1 || align_[b] == 1) continue;
+      std::size_t rem = level % align_[b];
+      if (rem == 0) continue;
+      std::size_t pad = align_[b] - rem;
+      if (pad < ceiling - level) ceiling = level + pad;
+    }
+  }
+  return ceiling;
+}
+
+bool ComponentSearch::search(int depth) {
+  if (placed_count_ == n_) return true;
+  ++restart_nodes_;
+  if (!budget_->tick() || (restart_limit_ != 0 && restart_nodes_ >= restart_limit_)) return false;
+  FailKey key{placed_hash_, floor_hash_};
+  if (memoize_) {
+    auto it = failed_.find(key);
+    if (it != failed_.end() && it->second >= capacity_) return false;
+  }
+
+  const std::size_t entry_mark = trail_.size();
+  if (!tighten_floors()) {
+    undo_floors(entry_mark);
+    remember_failure(key);
+    return false;
+  }
+  if (explore(depth)) return true;
+  undo_floors(entry_mark);
+  if (halted()) return false;
+  remember_failure(key);
+  return false;
+}
+
+void ComponentSearch::remember_failure(const FailKey& key) {
+  if (!memoize_) return;
+  if (failed_.size() >= kMaxRemembered) failed_.clear();
+  std::size_t& known = failed_[key];
+  known = std::max(known, capacity_);
+}
+
+// No unplaced buffer can sit below its candidate address (the highest floor under its lifetime,
+// aligned), and floors only rise: so each section's floor can be raised to the lowest candidate
+// among the unplaced buffers crossing it, and to the capacity where none is left. Raised floors
+// expose waste early to the per-section bound.
+bool ComponentSearch::tighten_floors() {
+  std::fill(effective_.begin(), effective_.end(), capacity_);
+  for (int b = 0; b < n_; ++b) {
+    if (placed_[b]) continue;
+    std::size_t c = 0;
+    for (int s = lo_[b]; s < hi_[b]; ++s) c = std::max(c, floor_[s]);
+    if (align_[b] > 1 && c % align_[b] != 0) {
+      std::size_t pad = align_[b] - c % align_[b];
+      c = pad > capacity_ - c ? capacity_ : c + pad;
+    }
+    for (int s = lo_[b]; s < hi_[b]; ++s) effective_[s] = std::min(effective_[s], c);
+  }
+  for (int s = 0; s < sections_; ++s) {
+    if (effective_[s] <= floor_[s]) continue;
+    if (remaining_[s] > capacity_ - effective_[s]) return false;
+    set_floor(s, effective_[s]);
+  }
+  return true;
+}
+
+bool ComponentSearch::explore(int depth) {
+  // Valleys: maximal runs of equal floor whose neighbours are higher (or the ends of time).
+  // Pick the lowest one (leftmost on ties), unless some valley holds a section without slack.
+  int a = -1, z = -1, tight = -1;
+  std::size_t m = capacity_;
+  int ta = -1, tz = -1;
+  for (int s = 0; s < sections_;) {
+    int e = s;
+    while (e + 1 < sections_ && floor_[e + 1] == floor_[s]) ++e;
+    const std::size_t level = floor_[s];
+    bool valley =
+        (s == 0 || floor_[s - 1] > level) && (e + 1 == sections_ || floor_[e + 1] > level);
+    if (valley && level < capacity_) {
+      if (level < m) {
+        m = level;
+        a = s;
+        z = e;
+      }
+      if (tight < 0) {
+        for (int x = s; x <= e; ++x) {
+          if (remaining_[x] != 0 && remaining_[x] == capacity_ - level) {
+            tight = x;
+            ta = s;
+            tz = e;
+            break;
+          }
+        }
+      }
+    }
+    s = e + 1;
+  }
+  if (a < 0) return false;
+
+  // A deque: growing it keeps the references of shallower levels valid.
+  while (static_cast<int>(candidates_.size()) <= depth) candidates_.emplace_back();
+  std::vector<int>& cands = candidates_[depth];
+  cands.clear();
+
+  if (tight >= 0) {
+    // No slack at `tight`: some buffer inside the valley must cover it right at the floor.
+    const std::size_t level = floor_[tight];
+    for (int s = ta; s <= tight; ++s) {
+      std::uint64_t last_group = ~std::uint64_t{0};
+      for (int b : starts_at_[s]) {
+        if (placed_[b] || hi_[b] <= tight || hi_[b] > tz + 1 || level % align_[b] != 0) continue;
+        if (group_[b] == last_group) continue;
+        last_group = group_[b];
+        cands.push_back(b);
+      }
+    }
+    for (std::size_t k = 0; k < cands.size(); ++k) {
+      int b = cands[k];
+      std::size_t mark = trail_.size();
+      place(b, level);
+      if (search(depth + 1)) return true;
+      undo_floors(mark);
+      unplace(b);
+      if (halted()) return false;
+    }
+    return false;
+  }
+
+  const std::size_t left = a > 0 ? floor_[a - 1] : capacity_;
+  const std::size_t right = z + 1 < sections_ ? floor_[z + 1] : capacity_;
+  for (int s = a; s <= z; ++s) {
+    std::uint64_t last_group = ~std::uint64_t{0};
+    for (int b : starts_at_[s]) {
+      if (placed_[b] || hi_[b] > z + 1 || m % align_[b] != 0) continue;
+      if (group_[b] == last_group) continue;  // an identical twin was just taken
+      last_group = group_[b];
+      cands.push_back(b);
+    }
+  }
+
+  for (std::size_t k = 0; k < cands.size(); ++k) {
+    int b = cands[k];
+    std::size_t mark = trail_.size();
+    place(b, m);
+    bool ok = true;
+    if (lo_[b] > a) {
+      std::size_t level = std::min(left, m + size_[b]);
+      if (any_alignment_) level = next_aligned_level(a, lo_[b] - 1, m, level);
+      ok = can_raise(a, lo_[b] - 1, level);
+      if (ok) raise(a, lo_[b] - 1, level);
+    }
+    if (ok && search(depth + 1)) return true;
+    undo_floors(mark);
+    unplace(b);
+    if (halted()) return false;
+  }
+
+  std::size_t level = std::min(left, right);
+  if (any_alignment_) level = next_aligned_level(a, z, m, level);
+  if (can_raise(a, z, level)) {
+    std::size_t mark = trail_.size();
+    raise(a, z, level);
+    if (search(depth + 1)) return true;
+    undo_floors(mark);
+  }
+  return false;
+}
+
+Outcome ComponentSearch::decide(std::size_t capacity, SearchBudget& budget,
+                                std::vector<std::size_t>& offsets) {
+  if (n_ == 0) {
+    offsets.clear();
+    return Outcome::kFound;
+  }
+  if (lower_bound_ > capacity) return Outcome::kInfeasible;
+  capacity_ = capacity;
+  budget_ = &budget;
+  std::fill(floor_.begin(), floor_.end(), 0);
+  std::fill(placed_.begin(), placed_.end(), 0);
+  placed_count_ = 0;
+  placed_hash_ = 0;
+  floor_hash_ = 0;
+  for (int s = 0; s < sections_; ++s) floor_hash_ ^= floor_mix(s, 0);
+  trail_.clear();
+  // remaining_ is restored by the unwinding of every branch; recompute for safety after a stop.
+  std::fill(remaining_.begin(), remaining_.end(), 0);
+  for (int b = 0; b < n_; ++b)
+    for (int s = lo_[b]; s < hi_[b]; ++s) remaining_[s] += size_[b];
+
+  // Restarts on a Luby schedule of node counts; the last word is always a complete search
+  // (the memory of failed states carries over, so restarts cost little).
+  bool ok = false;
+  for (int restart = 0;; ++restart) {
+    set_branching_order(restart);
+    restart_nodes_ = 0;
+    restart_limit_ = restarts_ ? luby(restart + 1) * kRestartUnit : 0;
+    for (int b = 0; b < n_; ++b)
+      if (placed_[b]) unplace(b);
+    undo_floors(0);
+    ok = search(0);
+    if (ok || budget.stopped() || restart_nodes_ < restart_limit_ || restart_limit_ == 0) break;
+  }
+  restart_limit_ = 0;
+  if (std::getenv("MODELMEM_EXACT_DEBUG"))
+    std::fprintf(stderr, "decide cap=%zu n=%d sections=%d -> %s nodes=%llu memo=%zu\n", capacity,
+                 n_, sections_,
+                 ok                 ? "found"
+                 : budget.stopped() ? "stopped"
+                                    : "infeasible",
+                 static_cast<unsigned long long>(budget.nodes()), failed_.size());
+  if (ok) {
+    offsets.assign(offset_.begin(), offset_.end());
+    return Outcome::kFound;
+  }
+  return budget.stopped() ? Outcome::kStopped : Outcome::kInfeasible;
+}
+
+}  // namespace modelmem::plan::detail

@@ -1,0 +1,193 @@
+#include "modelmem/exact.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "modelmem/error.hpp"
+
+using namespace modelmem;
+using namespace modelmem::plan;
+
+namespace {
+
+// Tiny random problems: few buffers, short horizon, small sizes, sometimes alignment.
+Problem tiny_problem(std::mt19937_64& rng, int max_buffers, bool aligned) {
+  std::uniform_int_distribution<int> count(1, max_buffers), time(0, 7), len(1, 5), size(1, 5),
+      align(0, 2);
+  Problem p;
+  int n = count(rng);
+  for (int i = 0; i < n; ++i) {
+    Time s = time(rng);
+    Buffer b{"b" + std::to_string(i), static_cast<std::size_t>(size(rng)), s, s + len(rng)};
+    if (aligned) b.alignment = std::size_t{1} << align(rng);
+    p.buffers.push_back(b);
+  }
+  return p;
+}
+
+// Exhaustive: does every buffer get an aligned offset within `arena` without overlaps?
+bool fits(const Problem& p, std::size_t arena, std::size_t k, std::vector<std::size_t>& off) {
+  if (k == p.buffers.size()) return true;
+  const Buffer& b = p.buffers[k];
+  if (b.size > arena) return false;
+  for (std::size_t o = 0; o + b.size <= arena; o += b.alignment) {
+    bool ok = true;
+    for (std::size_t j = 0; j < k && ok; ++j) {
+      const Buffer& c = p.buffers[j];
+      if (b.overlaps_in_time(c) && o < off[j] + c.size && off[j] < o + b.size) ok = false;
+    }
+    if (!ok) continue;
+    off[k] = o;
+    if (fits(p, arena, k + 1, off)) return true;
+  }
+  return false;
+}
+
+std::size_t brute_force_optimum(const Problem& p) {
+  std::vector<std::size_t> off(p.buffers.size());
+  for (std::size_t arena = lower_bound(p);; ++arena)
+    if (fits(p, arena, 0, off)) return arena;
+}
+
+SolveOptions quick(double seconds = 5) {
+  SolveOptions o;
+  o.time_limit = std::chrono::duration<double>(seconds);
+  return o;
+}
+
+}  // namespace
+
+TEST(ExactSolver, MatchesBruteForceOnTinyProblems) {
+  std::mt19937_64 rng(20261130);
+  auto exact = make_exact_solver();
+  for (int trial = 0; trial < 3000; ++trial) {
+    Problem p = tiny_problem(rng, 6, trial % 3 == 0);
+    SolveResult r = exact->solve(p, quick());
+    ASSERT_TRUE(r.plan) << "trial " << trial;
+    ASSERT_TRUE(validate(p, *r.plan)) << validate(p, *r.plan).message;
+    ASSERT_TRUE(r.proven_optimal) << "trial " << trial << ": " << r.note;
+    ASSERT_EQ(r.plan->arena_size, brute_force_optimum(p)) << "trial " << trial;
+    ASSERT_GE(r.plan->arena_size, lower_bound(p));
+  }
+}
+
+TEST(ExactSolver, MatchesBruteForceWithoutDecompositionOrMemory) {
+  std::mt19937_64 rng(7);
+  ExactOptions plain;
+  plain.decompose = false;
+  plain.memoize = false;
+  auto exact = make_exact_solver(plain);
+  for (int trial = 0; trial < 1000; ++trial) {
+    Problem p = tiny_problem(rng, 6, trial % 2 == 0);
+    SolveResult r = exact->solve(p, quick());
+    ASSERT_TRUE(r.plan && r.proven_optimal) << "trial " << trial;
+    ASSERT_TRUE(validate(p, *r.plan));
+    ASSERT_EQ(r.plan->arena_size, brute_force_optimum(p)) << "trial " << trial;
+  }
+}
+
+TEST(ExactSolver, DecidesCapacityExactlyAtTheOptimum) {
+  std::mt19937_64 rng(99);
+  auto exact = make_exact_solver();
+  for (int trial = 0; trial < 1000; ++trial) {
+    Problem p = tiny_problem(rng, 6, trial % 3 == 1);
+    std::size_t best = brute_force_optimum(p);
+    p.capacity = best;
+    SolveResult fit = exact->solve(p, quick());
+    ASSERT_TRUE(fit.plan) << "trial " << trial << ": " << fit.note;
+    ASSERT_TRUE(validate(p, *fit.plan));
+    ASSERT_LE(fit.plan->arena_size, best);
+    p.capacity = best - 1;
+    SolveResult none = exact->solve(p, quick());
+    ASSERT_FALSE(none.plan) << "trial " << trial;
+    ASSERT_TRUE(none.proven_infeasible) << "trial " << trial;
+  }
+}
+
+TEST(ExactSolver, EmptyProblemAndMalformedInput) {
+  auto exact = make_exact_solver();
+  SolveResult r = exact->solve(Problem{}, quick());
+  ASSERT_TRUE(r.plan);
+  EXPECT_EQ(r.plan->arena_size, 0u);
+  EXPECT_TRUE(r.proven_optimal);
+  Problem bad;
+  bad.buffers = {{"x", 0, 0, 1}};
+  EXPECT_THROW(exact->solve(bad, quick()), InvalidInput);
+}
+
+TEST(ExactSolver, SplitsIndependentPartsInTime) {
+  // Two parts that never overlap in time: the arena is the larger part's, not the sum.
+  Problem p;
+  p.buffers = {{"a", 4, 0, 2}, {"b", 4, 1, 3}, {"c", 3, 3, 5}, {"d", 6, 4, 6}};
+  SolveResult r = make_exact_solver()->solve(p, quick());
+  ASSERT_TRUE(r.plan && r.proven_optimal);
+  EXPECT_EQ(r.plan->arena_size, 9u);
+  EXPECT_TRUE(validate(p, *r.plan));
+}
+
+TEST(ExactSolver, StartsFromTheCallersPlanAndReportsProgress) {
+  std::mt19937_64 rng(5);
+  Problem p = tiny_problem(rng, 6, false);
+  Plan stacked;
+  std::size_t top = 0;
+  for (const Buffer& b : p.buffers) {
+    stacked.offsets.push_back(top);
+    top += b.size;
+  }
+  stacked.arena_size = top;
+  SolveOptions o = quick();
+  o.initial = stacked;
+  int calls = 0;
+  o.progress = [&](std::size_t, double) { ++calls; };
+  SolveResult r = make_exact_solver()->solve(p, o);
+  ASSERT_TRUE(r.plan && r.proven_optimal);
+  EXPECT_LE(r.plan->arena_size, top);
+  EXPECT_GE(calls, 0);
+}
+
+TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
+  // 600 random buffers: far too many to prove optimal in 0.2 s.
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> start(0, 999), len(1, 200), size(1, 1000);
+  Problem p;
+  for (int i = 0; i < 600; ++i) {
+    Time s = start(rng);
+    p.buffers.push_back(
+        {std::to_string(i), static_cast<std::size_t>(size(rng)) * 64, s, s + len(rng)});
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  SolveResult r = make_exact_solver()->solve(p, quick(0.2));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 1.5);
+  ASSERT_TRUE(r.plan);
+  EXPECT_TRUE(validate(p, *r.plan));
+  EXPECT_GE(r.plan->arena_size, r.lower_bound);
+  EXPECT_GE(r.lower_bound, lower_bound(p));
+  if (!r.proven_optimal) EXPECT_NE(r.note.find("gap"), std::string::npos);
+}
+
+TEST(ExactSolver, NodeLimitStopsADecision) {
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> start(0, 99), len(1, 30), size(1, 50);
+  Problem p;
+  for (int i = 0; i < 200; ++i) {
+    Time s = start(rng);
+    p.buffers.push_back({std::to_string(i), static_cast<std::size_t>(size(rng)), s, s + len(rng)});
+  }
+  p.capacity = lower_bound(p);
+  ExactOptions opts;
+  opts.node_limit = 50;
+  SolveResult r = make_exact_solver(opts)->solve(p, quick());
+  if (!r.plan) {
+    EXPECT_FALSE(r.proven_infeasible);
+    EXPECT_NE(r.note.find("limit"), std::string::npos);
+  } else {
+    EXPECT_TRUE(validate(p, *r.plan));
+    EXPECT_LE(r.plan->arena_size, *p.capacity);
+  }
+}
