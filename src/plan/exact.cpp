@@ -218,11 +218,22 @@ class ExactSolver final : public Solver {
         arena_[p] = part_arena(problem_, part.members(), offsets_[p]);
         have_[p] = true;
       }
+      std::vector<Plan> known;
+      Problem open = problem_;
+      open.capacity.reset();
       if (options_.initial && options_.initial->offsets.size() == problem_.buffers.size() &&
-          validate(problem_, *options_.initial)) {
+          validate(open, *options_.initial))
+        known.push_back(*options_.initial);
+      // The registry's heuristics take milliseconds and keep exact never worse than them.
+      for (const std::string& name : solver_names()) {
+        if (name == "exact" || name == "best") continue;
+        SolveResult h = make_solver(name)->solve(open, options_);
+        if (h.plan) known.push_back(std::move(*h.plan));
+      }
+      for (const Plan& plan : known) {
         for (std::size_t p = 0; p < parts_.size(); ++p) {
           std::vector<std::size_t> mine;
-          for (std::size_t i : parts_[p].members()) mine.push_back(options_.initial->offsets[i]);
+          for (std::size_t i : parts_[p].members()) mine.push_back(plan.offsets[i]);
           std::size_t a = part_arena(problem_, parts_[p].members(), mine);
           if (a < arena_[p]) {
             offsets_[p] = std::move(mine);

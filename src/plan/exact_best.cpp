@@ -45,10 +45,16 @@ class BestSolver final : public Solver {
 
     SolveResult result;
     result.lower_bound = bound;
-    if (seed && seed->arena_size == bound) {  // nothing left to search for
+    if (seed && seed->arena_size == bound) {  // a heuristic reached the bound: nothing to search
       result.plan = seed;
       result.proven_optimal = true;
       result.solver = seed_name;
+      if (problem.capacity && bound > *problem.capacity) {
+        result.plan.reset();
+        result.proven_optimal = false;
+        result.proven_infeasible = true;
+        result.note = "lower bound " + std::to_string(bound) + " exceeds the capacity";
+      }
     } else if (problem.capacity && seed && seed->arena_size <= *problem.capacity) {
       result.plan = seed;  // fits already: a decision needs no search
       result.solver = seed_name;
@@ -58,15 +64,10 @@ class BestSolver final : public Solver {
                                  std::chrono::duration<double>(0));
       rest.initial = seed;
       result = make_exact_solver()->solve(problem, rest);
-      if (result.plan && seed && !problem.capacity && seed->arena_size <= result.plan->arena_size) {
-        result.plan = seed;  // the search kept the seed: credit the heuristic that found it
-        result.solver = seed_name;
-      } else {
-        result.solver = "exact";
-      }
+      result.solver = "exact";
+      if (result.plan && seed && !problem.capacity && seed->arena_size <= result.plan->arena_size)
+        result.solver = seed_name;  // the search kept the seed: credit the heuristic
     }
-    if (problem.capacity && result.plan && result.plan->arena_size > *problem.capacity)
-      result.plan.reset();
     result.seconds = elapsed();
     return result;
   }

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "modelmem/error.hpp"
+#include "modelmem/exact.hpp"
 #include "modelmem/heuristics.hpp"
 #include "modelmem/solver.hpp"
 
@@ -19,6 +20,8 @@ const Entry kSolvers[] = {
     {"greedy-size", &make_greedy_size_solver},
     {"greedy-breadth", &make_greedy_breadth_solver},
     {"best-fit", &make_best_fit_solver},
+    {"exact", +[] { return make_exact_solver(); }},
+    {"best", &make_best_solver},
 };
 
 }  // namespace

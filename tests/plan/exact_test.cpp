@@ -191,3 +191,59 @@ TEST(ExactSolver, NodeLimitStopsADecision) {
     EXPECT_LE(r.plan->arena_size, *p.capacity);
   }
 }
+
+TEST(ExactSolver, NeverWorseThanAnyHeuristic) {
+  std::mt19937_64 rng(42);
+  std::vector<std::string> heuristics;
+  for (const auto& n : solver_names())
+    if (n != "exact" && n != "best") heuristics.push_back(n);
+  ASSERT_GE(heuristics.size(), 4u);
+  auto exact = make_solver("exact");
+  auto best = make_solver("best");
+  for (int trial = 0; trial < 80; ++trial) {
+    std::uniform_int_distribution<int> count(1, 25), start(0, 30), len(1, 12), size(1, 64),
+        align(0, 3);
+    Problem p;
+    int n = count(rng);
+    for (int i = 0; i < n; ++i) {
+      Time s = start(rng);
+      Buffer b{"b" + std::to_string(i), static_cast<std::size_t>(size(rng)) * 16, s, s + len(rng)};
+      if (trial % 4 == 0) b.alignment = std::size_t{16} << align(rng);
+      p.buffers.push_back(b);
+    }
+    SolveResult e = exact->solve(p, quick(0.03));
+    SolveResult bs = best->solve(p, quick(0.03));
+    ASSERT_TRUE(e.plan && bs.plan);
+    ASSERT_TRUE(validate(p, *e.plan)) << validate(p, *e.plan).message;
+    ASSERT_TRUE(validate(p, *bs.plan)) << validate(p, *bs.plan).message;
+    for (const auto& h : heuristics) {
+      SolveResult r = make_solver(h)->solve(p, quick());
+      ASSERT_TRUE(r.plan);
+      EXPECT_LE(e.plan->arena_size, r.plan->arena_size) << h << " trial " << trial;
+      EXPECT_LE(bs.plan->arena_size, r.plan->arena_size) << h << " trial " << trial;
+    }
+    if (e.proven_optimal && bs.proven_optimal)
+      EXPECT_EQ(e.plan->arena_size, bs.plan->arena_size) << "trial " << trial;
+  }
+}
+
+TEST(BestSolver, DecidesACapacityAndProvesInfeasibility) {
+  std::mt19937_64 rng(8);
+  auto best = make_solver("best");
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = tiny_problem(rng, 6, trial % 2 == 0);
+    std::size_t opt = brute_force_optimum(p);
+    p.capacity = opt;
+    SolveResult fit = best->solve(p, quick());
+    ASSERT_TRUE(fit.plan) << "trial " << trial;
+    ASSERT_TRUE(validate(p, *fit.plan));
+    p.capacity = opt - 1;
+    SolveResult none = best->solve(p, quick());
+    ASSERT_FALSE(none.plan);
+    ASSERT_TRUE(none.proven_infeasible) << "trial " << trial;
+    p.capacity.reset();
+    SolveResult min = best->solve(p, quick());
+    ASSERT_TRUE(min.plan && min.proven_optimal);
+    ASSERT_EQ(min.plan->arena_size, opt);
+  }
+}
