@@ -30,12 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   check_problem(problem);  // must not throw: the reader let it through
 
-  Plan plan =
-      problem.buffers.size() <= 200 ? best_heuristic_plan(problem) : place_in_order(problem, [&] {
-        std::vector<std::size_t> order;
-        for (std::size_t i = 0; i < problem.buffers.size(); ++i) order.push_back(i);
-        return order;
-      }());
+  // A small search effort keeps each run fast; what matters here is a valid plan.
+  Plan plan = best_heuristic_plan(problem, 100'000);
   check(validate(problem, plan).ok);
   check(plan.arena_size >= lower_bound(problem));
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <numeric>
 #include <optional>
+#include <random>
 
 #include "modelmem/error.hpp"
 #include "modelmem/heuristics.hpp"
@@ -31,20 +32,30 @@ Order sorted_order(std::size_t n, auto less) {
   return order;
 }
 
+struct Placement {
+  Plan plan;
+  Order order;
+  GapChoice choice = GapChoice::kBest;
+};
+
 /// Runs place_in_order for each (order, choice) until the work budget is spent; keeps the best.
-Plan best_placement(const Problem& problem, const std::vector<Order>& orders) {
-  std::optional<Plan> best;
+Placement best_placement(const Problem& problem, std::vector<Order> orders) {
+  Placement best;
+  bool have = false;
   std::size_t work = 0;
-  for (const Order& order : orders) {
+  for (Order& order : orders) {
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
       std::size_t before = work;
       Plan plan = detail::place_in_order_counted(problem, order, choice, work);
-      if (!best || plan.arena_size < best->arena_size) best = std::move(plan);
+      if (!have || plan.arena_size < best.plan.arena_size) {
+        best = {std::move(plan), order, choice};
+        have = true;
+      }
       // Stop when the next run would probably cross the budget.
-      if (work + (work - before) > kWorkBudget) return *best;
+      if (work + (work - before) > kWorkBudget) return best;
     }
   }
-  return best ? *best : Plan{};
+  return best;
 }
 
 Plan naive_plan(const Problem& problem) {
@@ -60,7 +71,7 @@ Plan naive_plan(const Problem& problem) {
   return plan;
 }
 
-Plan greedy_size_plan(const Problem& problem) {
+std::vector<Order> greedy_size_orders(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   auto larger = [&](std::size_t a, std::size_t b) { return bufs[a].size > bufs[b].size; };
@@ -82,17 +93,21 @@ Plan greedy_size_plan(const Problem& problem) {
     if (bufs[a].size != bufs[b].size) return larger(a, b);
     return bufs[a].end > bufs[b].end;
   }));
-  return best_placement(problem, orders);
+  return orders;
+}
+
+Plan greedy_size_plan(const Problem& problem) {
+  return best_placement(problem, greedy_size_orders(problem)).plan;
 }
 
 // Greedy by breadth (Pisarchyk and Lee, 2020): visit the schedule's steps from the largest live
 // total down, and at each step place its not yet placed buffers. A buffer is therefore placed
 // at the first visited step of its lifetime, so the visit reduces to an ordering of buffers by
 // (rank of the widest step they cover, then a tie-break within the step).
-Plan greedy_breadth_plan(const Problem& problem) {
+std::vector<Order> greedy_breadth_orders(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
-  if (n == 0) return Plan{};
+  if (n == 0) return {Order{}};
   std::vector<Time> times;
   times.reserve(2 * n);
   for (const Buffer& b : bufs) {
@@ -149,7 +164,11 @@ Plan greedy_breadth_plan(const Problem& problem) {
     if (lifetime(bufs[a]) != lifetime(bufs[b])) return lifetime(bufs[a]) > lifetime(bufs[b]);
     return bufs[a].size > bufs[b].size;
   }));
-  return best_placement(problem, orders);
+  return orders;
+}
+
+Plan greedy_breadth_plan(const Problem& problem) {
+  return best_placement(problem, greedy_breadth_orders(problem)).plan;
 }
 
 Plan best_fit_plan(const Problem& problem) {
@@ -180,6 +199,46 @@ Plan best_fit_plan(const Problem& problem) {
     }
   }
   return best ? *best : Plan{};
+}
+
+// Local search over the placement order: a buffer that reaches the top of the arena is moved
+// to a random earlier position, so it is placed before the buffers that pushed it up; the move
+// is kept when the arena does not grow (sideways moves let the search cross plateaus). The
+// random source has a fixed seed: the same problem always gives the same plan.
+void improve_by_reordering(const Problem& problem, Placement& best, std::size_t budget) {
+  const std::size_t n = problem.buffers.size();
+  if (n < 2) return;
+  std::mt19937_64 rng(0x5eed);
+  Order order = best.order;
+  std::vector<std::size_t> position(n), top;
+  const std::size_t lb = lower_bound(problem);
+  // Small problems converge long before the budget: stop after many moves without progress.
+  const std::size_t patience = 20 * n + 100;
+  std::size_t work = 0, stale = 0;
+  while (work < budget && best.plan.arena_size > lb && stale < patience) {
+    ++stale;
+    top.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      if (best.plan.offsets[i] + problem.buffers[i].size == best.plan.arena_size) top.push_back(i);
+    for (std::size_t p = 0; p < n; ++p) position[order[p]] = p;
+    std::size_t victim = top[rng() % top.size()];
+    std::size_t from = position[victim];
+    if (from == 0) {
+      // Already first: perturb elsewhere so the next attempt differs.
+      std::swap(order[1 + rng() % (n - 1)], order[rng() % n]);
+    } else {
+      std::size_t to = rng() % from;
+      std::rotate(order.begin() + to, order.begin() + from, order.begin() + from + 1);
+    }
+    Plan plan = detail::place_in_order_counted(problem, order, best.choice, work);
+    if (plan.arena_size <= best.plan.arena_size) {
+      if (plan.arena_size < best.plan.arena_size) stale = 0;
+      best.plan = std::move(plan);
+      best.order = order;
+    } else {
+      order = best.order;
+    }
+  }
 }
 
 class HeuristicSolver final : public Solver {
@@ -232,13 +291,13 @@ std::unique_ptr<Solver> make_best_fit_solver() {
   return std::make_unique<HeuristicSolver>("best-fit", &best_fit_plan);
 }
 
-Plan best_heuristic_plan(const Problem& problem) {
-  Plan best = greedy_size_plan(problem);
-  for (auto fn : {&greedy_breadth_plan, &best_fit_plan}) {
-    Plan plan = fn(problem);
-    if (plan.arena_size < best.arena_size) best = std::move(plan);
-  }
-  return best;
+Plan best_heuristic_plan(const Problem& problem, std::size_t search_effort) {
+  Placement best = best_placement(problem, greedy_size_orders(problem));
+  Placement breadth = best_placement(problem, greedy_breadth_orders(problem));
+  if (breadth.plan.arena_size < best.plan.arena_size) best = std::move(breadth);
+  improve_by_reordering(problem, best, search_effort);
+  Plan heap = best_fit_plan(problem);
+  return heap.arena_size < best.plan.arena_size ? heap : best.plan;
 }
 
 }  // namespace modelmem::plan
