@@ -533,7 +533,18 @@ TEST(Publisher, DisabledPublishesNothing) {
   configure(PublisherOptions{});
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define MODELMEM_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MODELMEM_UNDER_TSAN 1
+#endif
+#endif
+
 TEST(Publisher, AForkedChildDoesNotTouchTheParentsSegment) {
+#ifdef MODELMEM_UNDER_TSAN
+  GTEST_SKIP() << "ThreadSanitizer cannot start threads in a child forked from a threaded parent";
+#endif
   auto a = std::make_shared<FixedAllocator>(kMiB);
   auto ra = publish(a, {"parent", "host:0", "", 0});
   std::string seg = current_segment();
