@@ -36,6 +36,8 @@ std::uint64_t floor_mix(int section, std::size_t level) {
 }
 
 constexpr std::size_t kMaxRemembered = std::size_t{1} << 21;
+// Restart r uses branching variant r % 4 (tight-section rule) with buffer order (r / 4) % 4.
+constexpr int kVariantOrder = 4;
 constexpr std::uint64_t kRestartUnit = 512;
 
 // The Luby sequence 1 1 2 1 1 2 4 1 1 2 ...: restart lengths with a log-factor optimal worst case.
@@ -131,7 +133,7 @@ void ComponentSearch::set_branching_order(int restart) {
     rnd[b] = splitmix(static_cast<std::uint64_t>(restart) * 0x1000003ULL + group_[b]);
   auto priority = [&](int b) -> long double {
     long double len = hi_[b] - lo_[b], sz = static_cast<long double>(size_[b]);
-    switch (restart % 4) {
+    switch ((restart / kVariantOrder) % 4) {
       case 0:
         return len * 1e20L + sz;
       case 1:
@@ -142,6 +144,8 @@ void ComponentSearch::set_branching_order(int restart) {
         return static_cast<long double>(rnd[b]);
     }
   };
+  fewest_first_ = restart % 2 == 1;
+  zero_slack_only_ = (restart / 2) % 2 == 1;
   starts_at_.assign(sections_, {});
   std::vector<int> order(n_);
   std::iota(order.begin(), order.end(), 0);
@@ -275,57 +279,71 @@ bool ComponentSearch::tighten_floors() {
 bool ComponentSearch::explore(int depth) {
   // Valleys: maximal runs of equal floor whose neighbours are higher (or the ends of time).
   // Pick the lowest one (leftmost on ties), unless some valley holds a section without slack.
-  int a = -1, z = -1, tight = -1;
+  int a = -1, z = -1;
   std::size_t m = capacity_;
-  int ta = -1, tz = -1;
+  // A deque: growing it keeps the references of shallower levels valid.
+  while (static_cast<int>(candidates_.size()) <= depth + 1) candidates_.emplace_back();
+  std::vector<int>& cands = candidates_[depth];
+  std::vector<int>& scratch = candidates_[depth + 1];
+  cands.clear();
+  bool tight = false;
+  std::size_t tight_level = 0;
   for (int s = 0; s < sections_;) {
     int e = s;
     while (e + 1 < sections_ && floor_[e + 1] == floor_[s]) ++e;
     const std::size_t level = floor_[s];
     bool valley =
         (s == 0 || floor_[s - 1] > level) && (e + 1 == sections_ || floor_[e + 1] > level);
-    if (valley && level < capacity_) {
+    if (valley && level < capacity_ && !(!fewest_first_ && tight)) {
       if (level < m) {
         m = level;
         a = s;
         z = e;
       }
-      if (tight < 0) {
-        for (int x = s; x <= e; ++x) {
-          if (remaining_[x] != 0 && remaining_[x] == capacity_ - level) {
-            tight = x;
-            ta = s;
-            tz = e;
-            break;
+      // A tight section: some buffer inside the valley must cover it right at the floor. Branch on
+      // the one with the fewest such buffers; none at all ends this node. A section is tight when
+      // its slack is below the least waste it could get if nothing covered it at `level`: the lower
+      // wall, or the smallest buffer that fits in the valley.
+      std::size_t least_waste = std::min(s > 0 ? floor_[s - 1] : capacity_,
+                                         e + 1 < sections_ ? floor_[e + 1] : capacity_) -
+                                level;
+      if (!zero_slack_only_) {
+        for (int y = s; y <= e; ++y)
+          for (int b : starts_at_[y])
+            if (!placed_[b] && hi_[b] <= e + 1) least_waste = std::min(least_waste, size_[b]);
+      } else {
+        least_waste = 1;
+      }
+      for (int x = s; x <= e; ++x) {
+        if (remaining_[x] == 0 || capacity_ - level - remaining_[x] >= least_waste) continue;
+        scratch.clear();
+        for (int y = s; y <= x; ++y) {
+          std::uint64_t last_group = ~std::uint64_t{0};
+          for (int b : starts_at_[y]) {
+            if (placed_[b] || hi_[b] <= x || hi_[b] > e + 1 || level % align_[b] != 0) continue;
+            if (group_[b] == last_group) continue;
+            last_group = group_[b];
+            scratch.push_back(b);
           }
         }
+        if (scratch.empty()) return false;
+        if (!tight || (fewest_first_ && scratch.size() < cands.size())) {
+          tight = true;
+          tight_level = level;
+          cands.swap(scratch);
+        }
+        if (!fewest_first_) break;
       }
     }
     s = e + 1;
   }
   if (a < 0) return false;
 
-  // A deque: growing it keeps the references of shallower levels valid.
-  while (static_cast<int>(candidates_.size()) <= depth) candidates_.emplace_back();
-  std::vector<int>& cands = candidates_[depth];
-  cands.clear();
-
-  if (tight >= 0) {
-    // No slack at `tight`: some buffer inside the valley must cover it right at the floor.
-    const std::size_t level = floor_[tight];
-    for (int s = ta; s <= tight; ++s) {
-      std::uint64_t last_group = ~std::uint64_t{0};
-      for (int b : starts_at_[s]) {
-        if (placed_[b] || hi_[b] <= tight || hi_[b] > tz + 1 || level % align_[b] != 0) continue;
-        if (group_[b] == last_group) continue;
-        last_group = group_[b];
-        cands.push_back(b);
-      }
-    }
+  if (tight) {
     for (std::size_t k = 0; k < cands.size(); ++k) {
       int b = cands[k];
       std::size_t mark = trail_.size();
-      place(b, level);
+      place(b, tight_level);
       if (search(depth + 1)) return true;
       undo_floors(mark);
       unplace(b);

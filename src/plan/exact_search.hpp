@@ -118,6 +118,8 @@ class ComponentSearch {
   bool any_alignment_ = false;
   bool memoize_ = true;
   bool restarts_ = true;
+  bool zero_slack_only_ = false;  // tight means no slack, or slack below the least waste
+  bool fewest_first_ = false;     // tight section: the one with fewest candidates, or the leftmost
   std::uint64_t restart_nodes_ = 0, restart_limit_ = 0;
 
   // Search state.
