@@ -119,6 +119,12 @@ ComponentSearch::ComponentSearch(const Problem& problem, std::vector<std::size_t
   for (int b = 0; b < n_; ++b) zobrist_[b] = splitmix(0xabcdefULL + static_cast<std::uint64_t>(b));
   floor_.assign(sections_, 0);
   effective_.assign(sections_, 0);
+  above_.assign(sections_, 0);
+  candidate_.assign(n_, 0);
+  overlaps_.assign(n_, {});
+  for (int b = 0; b < n_; ++b)
+    for (int x = 0; x < n_; ++x)
+      if (x != b && lo_[x] < hi_[b] && lo_[b] < hi_[x]) overlaps_[b].push_back(x);
   offset_.assign(n_, 0);
   placed_.assign(n_, 0);
 }
@@ -257,21 +263,81 @@ void ComponentSearch::remember_failure(const FailKey& key) {
 // among the unplaced buffers crossing it, and to the capacity where none is left. Raised floors
 // expose waste early to the per-section bound.
 bool ComponentSearch::tighten_floors() {
-  std::fill(effective_.begin(), effective_.end(), capacity_);
   for (int b = 0; b < n_; ++b) {
     if (placed_[b]) continue;
     std::size_t c = 0;
     for (int s = lo_[b]; s < hi_[b]; ++s) c = std::max(c, floor_[s]);
-    if (align_[b] > 1 && c % align_[b] != 0) {
-      std::size_t pad = align_[b] - c % align_[b];
-      c = pad > capacity_ - c ? capacity_ : c + pad;
-    }
-    for (int s = lo_[b]; s < hi_[b]; ++s) effective_[s] = std::min(effective_[s], c);
+    candidate_[b] = align_up(c, align_[b]);
+    if (candidate_[b] > capacity_ - size_[b]) return false;
+  }
+  if (!propagate_compulsory_parts()) return false;
+  std::fill(effective_.begin(), effective_.end(), capacity_);
+  for (int b = 0; b < n_; ++b) {
+    if (placed_[b]) continue;
+    for (int s = lo_[b]; s < hi_[b]; ++s) effective_[s] = std::min(effective_[s], candidate_[b]);
   }
   for (int s = 0; s < sections_; ++s) {
     if (effective_[s] <= floor_[s]) continue;
     if (remaining_[s] > capacity_ - effective_[s]) return false;
     set_floor(s, effective_[s]);
+  }
+  return !release_bound_ || release_bound_holds();
+}
+
+std::size_t ComponentSearch::align_up(std::size_t value, std::size_t alignment) const {
+  if (alignment <= 1 || value % alignment == 0) return value;
+  std::size_t pad = alignment - value % alignment;
+  return pad > capacity_ - std::min(value, capacity_) ? capacity_ + 1 : value + pad;
+}
+
+// A buffer b whose offset lies in [candidate, capacity - size] always covers the addresses
+// [capacity - size, candidate + size) when that range is not empty (its compulsory part). A
+// buffer overlapping b in time that cannot fit under the compulsory part must go above it.
+bool ComponentSearch::propagate_compulsory_parts() {
+  for (int pass = 0; pass < 4; ++pass) {
+    bool changed = false;
+    for (int b = 0; b < n_; ++b) {
+      if (placed_[b]) continue;
+      const std::size_t part_lo = capacity_ - size_[b];
+      const std::size_t part_hi = candidate_[b] + size_[b];
+      if (part_hi <= part_lo) continue;
+      for (int x : overlaps_[b]) {
+        if (placed_[x] || candidate_[x] >= part_hi) continue;
+        if (candidate_[x] + size_[x] <= part_lo) continue;  // may still fit below
+        std::size_t c = align_up(part_hi, align_[x]);
+        if (c > capacity_ || size_[x] > capacity_ - c) return false;
+        candidate_[x] = c;
+        changed = true;
+      }
+    }
+    if (!changed) break;
+  }
+  return true;
+}
+
+// Buffers whose candidate address is at least t all lie above t: in every section, t plus their
+// bytes must fit under the capacity, for every t (the per-section bound is the case of the lowest
+// t). Checked by sweeping the unplaced buffers from the highest candidate down.
+bool ComponentSearch::release_bound_holds() {
+  by_candidate_.clear();
+  for (int b = 0; b < n_; ++b)
+    if (!placed_[b]) by_candidate_.push_back(b);
+  std::sort(by_candidate_.begin(), by_candidate_.end(),
+            [&](int x, int y) { return candidate_[x] > candidate_[y]; });
+  std::fill(above_.begin(), above_.end(), 0);
+  for (std::size_t i = 0; i < by_candidate_.size();) {
+    std::size_t j = i;
+    const std::size_t t = candidate_[by_candidate_[i]];
+    for (; j < by_candidate_.size() && candidate_[by_candidate_[j]] == t; ++j) {
+      int b = by_candidate_[j];
+      for (int s = lo_[b]; s < hi_[b]; ++s) above_[s] += size_[b];
+    }
+    for (std::size_t k = i; k < j; ++k) {
+      int b = by_candidate_[k];
+      for (int s = lo_[b]; s < hi_[b]; ++s)
+        if (above_[s] > capacity_ - t) return false;
+    }
+    i = j;
   }
   return true;
 }

@@ -96,6 +96,9 @@ class ComponentSearch {
   void set_branching_order(int restart);
   bool explore(int depth);
   bool tighten_floors();
+  bool release_bound_holds();
+  bool propagate_compulsory_parts();
+  std::size_t align_up(std::size_t value, std::size_t alignment) const;
   void remember_failure(const FailKey& key);
   void place(int b, std::size_t offset);
   void unplace(int b);
@@ -125,7 +128,10 @@ class ComponentSearch {
   // Search state.
   std::size_t capacity_ = 0;
   SearchBudget* budget_ = nullptr;
-  std::vector<std::size_t> floor_, remaining_, offset_, effective_;
+  std::vector<std::size_t> floor_, remaining_, offset_, effective_, above_, candidate_;
+  std::vector<int> by_candidate_;
+  std::vector<std::vector<int>> overlaps_;  // buffers overlapping each one in time
+  bool release_bound_ = true;
   std::vector<char> placed_;
   int placed_count_ = 0;
   std::vector<std::pair<int, std::size_t>> trail_;
