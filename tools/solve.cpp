@@ -43,9 +43,12 @@ std::size_t parse_bytes(const std::string& text, const char* what) {
 /// Progress on stderr for long searches, at most ten updates a second, erased when done.
 class Progress {
  public:
-  explicit Progress(std::string solver) : solver_(std::move(solver)), enabled_(isatty(2)) {}
-  ~Progress() {
+  Progress(std::string solver, std::size_t lower_bound)
+      : solver_(std::move(solver)), lower_bound_(lower_bound), enabled_(isatty(2)) {}
+  ~Progress() { clear(); }
+  void clear() {
     if (shown_) std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
   }
   void operator()(std::size_t best, double elapsed) {
     if (!enabled_) return;
@@ -53,11 +56,13 @@ class Progress {
     if (shown_ && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
     shown_ = true;
-    std::fprintf(stderr, "\r\033[K%s: best arena %zu, %.1f s", solver_.c_str(), best, elapsed);
+    std::fprintf(stderr, "\r\033[K%s: best arena %zu (%.4f x lower bound), %.1f s", solver_.c_str(),
+                 best, lower_bound_ ? double(best) / double(lower_bound_) : 0.0, elapsed);
   }
 
  private:
   std::string solver_;
+  std::size_t lower_bound_;
   bool enabled_;
   bool shown_ = false;
   std::chrono::steady_clock::time_point last_;
@@ -132,15 +137,16 @@ int run_solve(const SolveArgs& args) {
              "time (s)", "note");
 
   std::optional<plan::SolveResult> best;
+  std::string best_row;  // the table row it came from (`best` may report the solver inside it)
   for (const std::string& name : names) {
     auto solver = plan::make_solver(name);
     plan::SolveOptions options;
     options.time_limit = std::chrono::duration<double>(args.time_limit);
-    Progress progress(name);
+    Progress progress(name, lb);
     options.progress = [&progress](std::size_t arena, double elapsed) { progress(arena, elapsed); };
-    if (best) options.initial = best->plan;
     std::fflush(stdout);
     plan::SolveResult r = solver->solve(problem, options);
+    progress.clear();
     if (r.plan) {
       auto v = plan::validate(problem, *r.plan);
       if (!v) throw std::logic_error("solver " + name + " returned an invalid plan: " + v.message);
@@ -151,7 +157,10 @@ int run_solve(const SolveArgs& args) {
     std::string proven = r.proven_optimal ? "yes" : r.proven_infeasible ? "no fit" : "no";
     fmt::print("{:<16} {:>14} {:>8} {:>7} {:>10.3f}  {}\n", name, arena, ratio, proven, r.seconds,
                r.note);
-    if (r.plan && (!best || r.plan->arena_size < best->plan->arena_size)) best = std::move(r);
+    if (r.plan && (!best || r.plan->arena_size < best->plan->arena_size)) {
+      best = std::move(r);
+      best_row = name;
+    }
   }
   std::fflush(stdout);
   if (!best) {
@@ -161,7 +170,10 @@ int run_solve(const SolveArgs& args) {
   }
   if (!args.output.empty()) {
     write_output(args.output, problem, *best);
-    fmt::print("\nwrote the plan of {} (arena {}) to {}\n", best->solver, best->plan->arena_size,
+    std::string from = best_row == best->solver || best->solver.empty()
+                           ? best_row
+                           : best_row + " (found by " + best->solver + ")";
+    fmt::print("\nwrote the plan of {}, arena {}, to {}\n", from, best->plan->arena_size,
                args.output);
   }
   return 0;
