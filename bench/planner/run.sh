@@ -36,7 +36,7 @@ solver_args=()
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 {
-  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), commit $(git rev-parse --short HEAD), by:"
+  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), commit $(git rev-parse --short HEAD), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start, by:"
   echo
   echo '```sh'
   echo "bench/planner/run.sh --time-limit $time_limit${solvers:+ --solvers $solvers} --modes $modes"
@@ -70,13 +70,20 @@ trap 'rm -f "$report"' EXIT
 
 if ((write)); then
   python3 - "$report" docs/benchmarks.md <<'PY'
+# Replaces what follows the "planner:generated" marker in the planner section (or the whole
+# section when there is no marker yet); notes written above the marker are kept.
 import sys
 report, path = sys.argv[1], sys.argv[2]
 body = open(report).read().rstrip("\n")
 text = open(path).read()
-start = text.index("## planner\n") + len("## planner\n")
+marker = "<!-- planner:generated (bench/planner/run.sh rewrites what follows) -->\n"
 end = text.index("<!-- end:planner -->")
-open(path, "w").write(text[:start] + "\n" + body + "\n\n" + text[end:])
+if marker in text[:end]:
+    start = text.index(marker) + len(marker)
+else:
+    start = text.index("## planner\n") + len("## planner\n")
+    body = "\n" + marker + body
+open(path, "w").write(text[:start] + body + "\n\n" + text[end:])
 PY
   echo "wrote the planner section of docs/benchmarks.md" >&2
 fi
