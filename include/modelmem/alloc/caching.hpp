@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "modelmem/allocator.hpp"
 #include "modelmem/device.hpp"
@@ -36,9 +37,28 @@ struct CachingOptions {
   bool expandable_segments = false;
   /// Address space reserved per (stream, pool) with expandable segments; 0 = device total.
   std::size_t expandable_reserve = 0;
+  /// With expandable segments, pages are mapped in calls of at most this many bytes (rounded
+  /// to the device granularity), so that a large request maps piece by piece and a failure
+  /// half-way is rolled back by the pool, as with one physical handle per page on CUDA.
+  std::size_t expandable_map_chunk = 2u << 20;
 };
 
-/// Thread-safe (one mutex). Alignment of returned blocks: 512 bytes.
+/// Thread-safe (one mutex). Alignment of returned blocks: round_bytes (512 by default).
+/// allocate/deallocate are O(log n) in the number of cached blocks; stats() and the
+/// out-of-memory path walk the free blocks (O(n)).
+///
+/// Streams: a block is cached per stream and only reused by requests on the stream it was
+/// allocated on. A block that record_stream() tied to other streams is held back when freed
+/// (it counts in active_bytes) until synchronize().
+///
+/// Out of memory: when no cached block fits and the device refuses a new segment (or
+/// per_process_memory_fraction forbids it), every cached whole segment is returned and, with
+/// expandable segments, every free page unmapped; then the request is retried once
+/// (num_alloc_retries). If that fails too, OutOfMemory carries the numbers (num_ooms).
+///
+/// With expandable segments, reserved_bytes counts mapped bytes, `segment` counts the
+/// reserved ranges, and num_device_alloc / num_device_free count map / unmap calls.
+/// The destructor returns everything to the device, blocks still allocated included.
 class CachingAllocator : public Allocator {
  public:
   /// Throws Unsupported when expandable_segments is set but the device has no virtual memory
@@ -58,6 +78,8 @@ class CachingAllocator : public Allocator {
   void record_stream(void* ptr, Stream stream);
   /// All streams are idle: blocks waiting on other streams become reusable.
   void synchronize();
+  /// Adds a line to Stats::warnings (used by the config factory for the fallback notice).
+  void add_warning(std::string message);
   const CachingOptions& options() const noexcept;
   const device::DevicePtr& device() const noexcept;
 
