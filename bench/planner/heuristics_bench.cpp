@@ -1,6 +1,7 @@
 // Each heuristic on 10,000 random buffers (the target: every heuristic under 1 s).
 // Two shapes: lifetimes up to a tenth of the schedule ("sparse", ~1,000 buffers live at a time)
-// and up to the whole schedule ("dense", ~5,000 live at a time).
+// and up to the whole schedule ("dense", ~5,000 live at a time). A third, "trace", has 100,000
+// short-lived buffers (up to 50 steps), like a long recorded allocation trace.
 #include <benchmark/benchmark.h>
 
 #include "modelmem/problem.hpp"
@@ -26,8 +27,18 @@ const Problem& problem(bool dense) {
   return dense ? dense_p : sparse_p;
 }
 
-void run(benchmark::State& state, const char* name, bool dense) {
-  const Problem& p = problem(dense);
+const Problem& trace_problem() {
+  static const Problem p = [] {
+    RandomProblemShape s;
+    s.buffers = 100000;
+    s.max_lifetime = 50;
+    return random_problem(s, 44);
+  }();
+  return p;
+}
+
+void run(benchmark::State& state, const char* name, int shape) {
+  const Problem& p = shape == 2 ? trace_problem() : problem(shape == 1);
   auto solver = make_solver(name);
   std::size_t arena = 0;
   for (auto _ : state) {
@@ -40,9 +51,10 @@ void run(benchmark::State& state, const char* name, bool dense) {
 
 }  // namespace
 
-#define PLANNER_BENCH(label, name)                                                    \
-  BENCHMARK_CAPTURE(run, label##_sparse, name, false)->Unit(benchmark::kMillisecond); \
-  BENCHMARK_CAPTURE(run, label##_dense, name, true)->Unit(benchmark::kMillisecond)
+#define PLANNER_BENCH(label, name)                                                \
+  BENCHMARK_CAPTURE(run, label##_sparse, name, 0)->Unit(benchmark::kMillisecond); \
+  BENCHMARK_CAPTURE(run, label##_dense, name, 1)->Unit(benchmark::kMillisecond);  \
+  BENCHMARK_CAPTURE(run, label##_trace100k, name, 2)->Unit(benchmark::kMillisecond)
 
 PLANNER_BENCH(naive, "naive");
 PLANNER_BENCH(greedy_size, "greedy-size");

@@ -1,11 +1,21 @@
 // Greedy placement of buffers one at a time, the engine of greedy-size and greedy-breadth.
 //
-// The placed buffers are kept sorted by offset in parallel arrays, so finding the gaps left by
-// the buffers that overlap a newcomer in time is one linear scan over contiguous memory: the
-// running maximum of the ends of the time-overlapping buffers seen so far is the bottom of the
-// next gap. A tree over time would visit fewer buffers but would have to sort them by offset on
-// every query; at the sizes met in practice (up to ~10^4 buffers) the scan is faster.
+// Each newcomer needs the address ranges of the already placed buffers that overlap it in
+// time, in address order: the gaps between them are where it may go. Two indexes give them:
+//
+// - OffsetOrderedSet keeps every placed buffer sorted by offset in flat arrays and scans all of
+//   them, skipping those that do not overlap in time. O(n) per placement with a tiny constant;
+//   best when most buffers overlap most others (dense schedules).
+// - TimeTree is a segment tree over the schedule's steps: each buffer is stored at the O(log m)
+//   nodes that cover its lifetime and listed at their ancestors, so a query visits only buffers
+//   that do overlap the newcomer, which are then sorted by offset. O(k log k) per placement for
+//   k overlapping buffers; best when lifetimes are short (long recorded traces, large models).
+//
+// Both return the same candidates in the same order, so the plan does not depend on which one
+// runs; place_in_order_counted picks by the problem's average overlap.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "modelmem/error.hpp"
@@ -19,69 +29,196 @@ void throw_offset_overflow() {
 
 namespace {
 
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+/// Chooses the offset for `b` given the time-overlapping buffers as (offset, end address)
+/// pairs in increasing offset order, produced by `each(visit)`.
+class GapFinder {
+ public:
+  GapFinder(const Buffer& b, GapChoice choice) : b_(b), choice_(choice) {}
+
+  /// Feeds the next overlapping buffer; false when the answer is already known.
+  bool next(std::size_t lo, std::size_t end_addr) {
+    if (lo > floor_ && lo - floor_ >= b_.size) {
+      const std::size_t at = align_up(floor_, b_.alignment);
+      if (at <= lo && lo - at >= b_.size) {
+        const std::size_t gap = lo - floor_;
+        if (choice_ == GapChoice::kFirst) {
+          best_ = at;
+          return false;
+        }
+        if (gap < best_gap_) {
+          best_gap_ = gap;
+          best_ = at;
+          if (gap == b_.size) return false;  // cannot do better than an exact fit
+        }
+      }
+    }
+    floor_ = std::max(floor_, end_addr);
+    return true;
+  }
+
+  std::size_t result() const { return best_ != kNone ? best_ : align_up(floor_, b_.alignment); }
+
+ private:
+  const Buffer& b_;
+  GapChoice choice_;
+  std::size_t floor_ = 0;  // max end address of the overlapping buffers fed so far
+  std::size_t best_ = kNone;
+  std::size_t best_gap_ = kNone;
+};
+
 class OffsetOrderedSet {
  public:
   explicit OffsetOrderedSet(std::size_t n) {
     offset_.reserve(n);
     end_addr_.reserve(n);
-    start_.reserve(n);
-    end_.reserve(n);
+    life_.reserve(n);
   }
 
-  /// Lowest offset for `b` by `choice`; `work` counts the placed buffers looked at.
   std::size_t find(const Buffer& b, GapChoice choice, std::size_t& work) const {
     const std::size_t n = offset_.size();
     work += n;
-    std::size_t floor = 0;  // max end address of time-overlapping buffers below the scan point
-    std::size_t best = kNone;
-    std::size_t best_gap = kNone;
+    GapFinder finder(b, choice);
     for (std::size_t i = 0; i < n; ++i) {
-      if (!(start_[i] < b.end && b.start < end_[i])) continue;
-      const std::size_t lo = offset_[i];
-      if (lo > floor && lo - floor >= b.size) {
-        const std::size_t at = align_up(floor, b.alignment);
-        if (at <= lo && lo - at >= b.size) {
-          const std::size_t gap = lo - floor;
-          if (choice == GapChoice::kFirst) return at;
-          if (gap < best_gap) {
-            best_gap = gap;
-            best = at;
-            if (gap == b.size) return best;  // cannot do better than an exact fit
-          }
-        }
-      }
-      floor = std::max(floor, end_addr_[i]);
+      if (!(life_[i].first < b.end && b.start < life_[i].second)) continue;
+      if (!finder.next(offset_[i], end_addr_[i])) break;
     }
-    if (best != kNone) return best;
-    return align_up(floor, b.alignment);
+    return finder.result();
   }
 
-  void insert(const Buffer& b, std::size_t offset, std::size_t end_addr) {
+  void insert(std::size_t, const Buffer& b, std::size_t offset, std::size_t end_addr) {
     auto pos = std::upper_bound(offset_.begin(), offset_.end(), offset) - offset_.begin();
     offset_.insert(offset_.begin() + pos, offset);
     end_addr_.insert(end_addr_.begin() + pos, end_addr);
-    start_.insert(start_.begin() + pos, b.start);
-    end_.insert(end_.begin() + pos, b.end);
+    life_.insert(life_.begin() + pos, {b.start, b.end});
   }
 
  private:
-  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> offset_, end_addr_;
-  std::vector<Time> start_, end_;
+  std::vector<std::pair<Time, Time>> life_;
 };
 
-}  // namespace
+class TimeTree {
+ public:
+  explicit TimeTree(const Problem& problem) : bufs_(problem.buffers) {
+    times_.reserve(2 * bufs_.size());
+    for (const Buffer& b : bufs_) {
+      times_.push_back(b.start);
+      times_.push_back(b.end);
+    }
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    const std::size_t steps = times_.empty() ? 1 : times_.size() - 1;
+    while (leaves_ < steps) leaves_ *= 2;
+    covering_.resize(2 * leaves_);
+    touching_.resize(2 * leaves_);
+    node_stamp_.assign(2 * leaves_, 0);
+    item_stamp_.assign(bufs_.size(), 0);
+    offset_.assign(bufs_.size(), 0);
+    end_addr_.assign(bufs_.size(), 0);
+  }
 
-Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,
-                            GapChoice choice, std::size_t& work) {
+  std::size_t find(const Buffer& b, GapChoice choice, std::size_t& work) {
+    auto [l, r] = steps_of(b);
+    ++stamp_;
+    found_.clear();
+    auto take = [&](const std::vector<std::uint32_t>& list) {
+      work += list.size();
+      for (std::uint32_t i : list) {
+        if (item_stamp_[i] == stamp_) continue;
+        item_stamp_[i] = stamp_;
+        found_.emplace_back(offset_[i], end_addr_[i]);
+      }
+    };
+    // Buffers overlapping a canonical node's range overlap the query: its touching list. Those
+    // stored at an ancestor cover the whole ancestor, hence the query too: covering lists.
+    for_each_canonical(l, r, [&](std::size_t node) {
+      take(touching_[node]);
+      for (std::size_t a = node / 2; a >= 1 && node_stamp_[a] != stamp_; a /= 2) {
+        node_stamp_[a] = stamp_;
+        take(covering_[a]);
+      }
+    });
+    std::sort(found_.begin(), found_.end());
+    work += found_.size();
+    GapFinder finder(b, choice);
+    for (const auto& [lo, end_addr] : found_)
+      if (!finder.next(lo, end_addr)) break;
+    return finder.result();
+  }
+
+  void insert(std::size_t index, const Buffer& b, std::size_t offset, std::size_t end_addr) {
+    offset_[index] = offset;
+    end_addr_[index] = end_addr;
+    auto [l, r] = steps_of(b);
+    ++stamp_;
+    const auto item = static_cast<std::uint32_t>(index);
+    for_each_canonical(l, r, [&](std::size_t node) {
+      covering_[node].push_back(item);
+      for (std::size_t a = node; a >= 1 && node_stamp_[a] != stamp_; a /= 2) {
+        node_stamp_[a] = stamp_;
+        touching_[a].push_back(item);
+      }
+    });
+  }
+
+ private:
+  std::pair<std::size_t, std::size_t> steps_of(const Buffer& b) const {
+    auto index = [&](Time t) {
+      return static_cast<std::size_t>(std::lower_bound(times_.begin(), times_.end(), t) -
+                                      times_.begin());
+    };
+    return {index(b.start), index(b.end)};
+  }
+
+  /// The O(log m) nodes whose ranges partition the steps [l, r).
+  template <typename F>
+  void for_each_canonical(std::size_t l, std::size_t r, F&& f) const {
+    for (l += leaves_, r += leaves_; l < r; l /= 2, r /= 2) {
+      if (l & 1) f(l++);
+      if (r & 1) f(--r);
+    }
+  }
+
+  const std::vector<Buffer>& bufs_;
+  std::vector<Time> times_;
+  std::size_t leaves_ = 1;
+  std::vector<std::vector<std::uint32_t>> covering_, touching_;
+  std::vector<std::uint64_t> node_stamp_, item_stamp_;
+  std::uint64_t stamp_ = 0;
+  std::vector<std::size_t> offset_, end_addr_;
+  std::vector<std::pair<std::size_t, std::size_t>> found_;
+};
+
+/// Average number of other buffers each buffer overlaps in time, by a sort and binary searches.
+double average_overlap(const std::vector<Buffer>& bufs) {
+  std::vector<Time> starts, ends;
+  starts.reserve(bufs.size());
+  ends.reserve(bufs.size());
+  for (const Buffer& b : bufs) {
+    starts.push_back(b.start);
+    ends.push_back(b.end);
+  }
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  double total = 0;
+  for (const Buffer& b : bufs) {
+    // Overlapping b: started before b ends, minus those that ended by the time b starts.
+    auto started = std::lower_bound(starts.begin(), starts.end(), b.end) - starts.begin();
+    auto ended = std::upper_bound(ends.begin(), ends.end(), b.start) - ends.begin();
+    total += static_cast<double>(started - ended - 1);
+  }
+  return bufs.empty() ? 0 : total / static_cast<double>(bufs.size());
+}
+
+template <typename Index>
+Plan place_with(Index& placed, const Problem& problem, std::span<const std::size_t> order,
+                GapChoice choice, std::size_t& work) {
   const auto& bufs = problem.buffers;
-  if (order.size() != bufs.size())
-    throw InvalidInput("placement order has " + std::to_string(order.size()) + " entries for " +
-                       std::to_string(bufs.size()) + " buffers");
   Plan plan;
-  plan.offsets.assign(bufs.size(), std::numeric_limits<std::size_t>::max());
+  plan.offsets.assign(bufs.size(), kNone);
   std::vector<bool> seen(bufs.size(), false);
-  OffsetOrderedSet placed(bufs.size());
   for (std::size_t idx : order) {
     if (idx >= bufs.size() || seen[idx])
       throw InvalidInput("placement order is not a permutation of the buffers");
@@ -90,11 +227,37 @@ Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t>
     std::size_t offset = placed.find(b, choice, work);
     std::size_t end_addr;
     if (__builtin_add_overflow(offset, b.size, &end_addr)) throw_offset_overflow();
-    placed.insert(b, offset, end_addr);
+    placed.insert(idx, b, offset, end_addr);
     plan.offsets[idx] = offset;
     plan.arena_size = std::max(plan.arena_size, end_addr);
   }
   return plan;
+}
+
+}  // namespace
+
+bool prefer_time_tree(const Problem& problem) {
+  const double n = static_cast<double>(problem.buffers.size());
+  if (n < 256) return false;
+  // The scan looks at n/2 buffers per placement on average; the tree at about k/2 overlapping
+  // ones, each costing a sort step and some bookkeeping (measured: about 8x a scan step).
+  const double k = average_overlap(problem.buffers);
+  return 8 * k * std::max(1.0, std::log2(k + 1)) < n;
+}
+
+Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,
+                            GapChoice choice, std::size_t& work, PlacementIndex index) {
+  if (order.size() != problem.buffers.size())
+    throw InvalidInput("placement order has " + std::to_string(order.size()) + " entries for " +
+                       std::to_string(problem.buffers.size()) + " buffers");
+  if (index == PlacementIndex::kAuto)
+    index = prefer_time_tree(problem) ? PlacementIndex::kTimeTree : PlacementIndex::kScan;
+  if (index == PlacementIndex::kTimeTree) {
+    TimeTree tree(problem);
+    return place_with(tree, problem, order, choice, work);
+  }
+  OffsetOrderedSet set(problem.buffers.size());
+  return place_with(set, problem, order, choice, work);
 }
 
 }  // namespace modelmem::plan::detail

@@ -8,10 +8,18 @@
 
 namespace modelmem::plan::detail {
 
+/// How place_in_order finds the placed buffers that overlap a newcomer in time (see
+/// placement.cpp); every choice gives the same plan.
+enum class PlacementIndex { kAuto, kScan, kTimeTree };
+
+/// True when the time tree is expected to be faster than the scan for this problem.
+bool prefer_time_tree(const Problem& problem);
+
 /// place_in_order, also adding to `work` the number of placed buffers it looked at, so that
 /// callers can bound the total effort of trying several orderings.
 Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,
-                            GapChoice choice, std::size_t& work);
+                            GapChoice choice, std::size_t& work,
+                            PlacementIndex index = PlacementIndex::kAuto);
 
 /// Heap simulation: buffers allocated when they start and freed when they end, in schedule
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving

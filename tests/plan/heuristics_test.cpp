@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 
 #include "modelmem/error.hpp"
 #include "modelmem/solver.hpp"
+#include "plan/placement.hpp"
 #include "plan/random_problem.hpp"
 
 using namespace modelmem;
@@ -205,4 +207,43 @@ TEST(HeuristicsProperty, LargerProblemsStayValid) {
       }
     }
   }
+}
+
+// The two indexes behind place_in_order (a scan of all placed buffers, a segment tree over
+// time) must see the same overlapping buffers in the same order, hence give the same plan.
+TEST(HeuristicsProperty, ScanAndTimeTreePlaceIdentically) {
+  for (std::uint64_t seed = 0; seed < kRandomProblems / 10; ++seed) {
+    RandomProblemShape shape;
+    shape.buffers = 1 + seed * 7 % 150;
+    shape.horizon = 1 + static_cast<Time>(seed * 13 % 500);
+    shape.max_lifetime = 1 + static_cast<Time>(seed % 3 == 0 ? shape.horizon : seed % 40);
+    shape.max_size = seed % 4 == 0 ? 16 : 5000;
+    shape.random_alignment = seed % 2 == 1;
+    Problem p = random_problem(shape, 7000 + seed);
+    std::vector<std::size_t> order(p.buffers.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
+      std::size_t work = 0;
+      Plan scan =
+          detail::place_in_order_counted(p, order, choice, work, detail::PlacementIndex::kScan);
+      Plan tree =
+          detail::place_in_order_counted(p, order, choice, work, detail::PlacementIndex::kTimeTree);
+      ASSERT_EQ(scan.offsets, tree.offsets) << "seed " << seed;
+      ASSERT_EQ(scan.arena_size, tree.arena_size);
+      ASSERT_TRUE(validate(p, tree)) << validate(p, tree).message;
+    }
+  }
+}
+
+TEST(Heuristics, TimeTreeIsChosenForShortLifetimesOnly) {
+  RandomProblemShape sparse;
+  sparse.buffers = 5000;
+  sparse.horizon = 100000;
+  sparse.max_lifetime = 20;
+  EXPECT_TRUE(detail::prefer_time_tree(random_problem(sparse, 1)));
+  RandomProblemShape dense = sparse;
+  dense.max_lifetime = 100000;
+  EXPECT_FALSE(detail::prefer_time_tree(random_problem(dense, 1)));
 }
