@@ -1,45 +1,19 @@
 // Runs the exact solver on MiniMalloc-style CSV files, single-threaded, one line per file:
 //   bench_exact [--capacity BYTES] [--time-limit SECONDS] FILE.csv...
 // With --capacity it decides that capacity; without, it minimises the arena. Prints the time,
-// arena, and whether the answer is proven, then the total time.
+// arena, and whether the answer is proven (every plan is checked with validate()), then the
+// total time.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "modelmem/error.hpp"
 #include "modelmem/exact.hpp"
+#include "modelmem/plan_io.hpp"
 
 using namespace modelmem::plan;
-
-namespace {
-// Only the four basic columns id,lower,upper,size in this order (the benchmark files' format);
-// the full reader lives in the planner's CSV module.
-Problem read_basic_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw modelmem::InvalidInput(path + ": cannot open");
-  Problem p;
-  p.name = path;
-  std::string line;
-  std::getline(in, line);
-  if (line.rfind("id,lower,upper,size", 0) != 0)
-    throw modelmem::InvalidInput(path + ": expected header id,lower,upper,size");
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::stringstream ss(line);
-    std::string id, lower, upper, size;
-    std::getline(ss, id, ',');
-    std::getline(ss, lower, ',');
-    std::getline(ss, upper, ',');
-    std::getline(ss, size, ',');
-    p.buffers.push_back({id, std::stoull(size), std::stoll(lower), std::stoll(upper)});
-  }
-  return p;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   std::optional<std::size_t> capacity;
@@ -59,7 +33,7 @@ int main(int argc, char** argv) {
   std::printf("%-16s %8s %10s %10s %9s  %s\n", "instance", "buffers", "lower", "arena", "seconds",
               "result");
   for (const auto& f : files) {
-    Problem p = read_basic_csv(f);
+    Problem p = read_problem_csv(f);
     p.capacity = capacity;
     SolveOptions o;
     o.time_limit = std::chrono::duration<double>(limit);

@@ -15,8 +15,6 @@
 #include "exact_search.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -187,6 +185,7 @@ void ComponentSearch::undo_floors(std::size_t mark) {
 void ComponentSearch::place(int b, std::size_t offset) {
   offset_[b] = offset;
   placed_[b] = 1;
+  placed_stack_.push_back(b);
   ++placed_count_;
   placed_hash_ ^= zobrist_[b];
   for (int s = lo_[b]; s < hi_[b]; ++s) {
@@ -196,6 +195,7 @@ void ComponentSearch::place(int b, std::size_t offset) {
 }
 
 void ComponentSearch::unplace(int b) {
+  placed_stack_.pop_back();  // always the most recent placement
   placed_[b] = 0;
   --placed_count_;
   placed_hash_ ^= zobrist_[b];
@@ -228,23 +228,64 @@ std::size_t ComponentSearch::next_aligned_level(int first, int last, std::size_t
   return ceiling;
 }
 
-bool ComponentSearch::search(int depth) {
-  if (placed_count_ == n_) return true;
+// Solves the sections [first, last]: every unplaced buffer inside is placed, or false. On true
+// the placements stay (the caller goes on with the rest); on false everything is undone.
+bool ComponentSearch::search(int depth, int first, int last) {
+  std::uint64_t local = 0;
+  bool any = false;
+  const bool whole = first == 0 && last == sections_ - 1;
+  for (int s = first; s <= last; ++s) {
+    for (int b : starts_at_[s]) {
+      if (placed_[b]) continue;
+      any = true;
+      if (whole) break;
+      local ^= zobrist_[b];
+    }
+    if (any && whole) break;
+  }
+  if (!any) return true;
   ++restart_nodes_;
   if (!budget_->tick() || (restart_limit_ != 0 && restart_nodes_ >= restart_limit_)) return false;
   FailKey key{placed_hash_, floor_hash_};
+  if (!whole) {
+    // A part's fate depends only on its own floors and buffers, whatever happened elsewhere.
+    std::uint64_t floors = splitmix(static_cast<std::uint64_t>(first) << 32 | last);
+    for (int s = first; s <= last; ++s) floors ^= floor_mix(s, floor_[s]);
+    key = FailKey{local, floors};
+  }
   if (memoize_) {
     auto it = failed_.find(key);
     if (it != failed_.end() && it->second >= capacity_) return false;
   }
 
   const std::size_t entry_mark = trail_.size();
-  if (!tighten_floors()) {
-    undo_floors(entry_mark);
-    remember_failure(key);
-    return false;
+  const std::size_t placed_mark = placed_stack_.size();
+  bool ok = tighten_floors();
+  if (ok) {
+    // Sections that no unplaced buffer crosses split the rest into independent parts: solve
+    // them one after the other, and a part that fails fails the node, whatever the others do.
+    int parts = 0;
+    for (int s = first; s <= last;) {
+      while (s <= last && remaining_[s] == 0) ++s;
+      if (s > last) break;
+      ++parts;
+      while (s <= last && remaining_[s] != 0) ++s;
+    }
+    if (parts >= 2) {
+      for (int s = first; s <= last && ok;) {
+        while (s <= last && remaining_[s] == 0) ++s;
+        if (s > last) break;
+        int e = s;
+        while (e + 1 <= last && remaining_[e + 1] != 0) ++e;
+        ok = search(depth + 1, s, e);
+        s = e + 1;
+      }
+      if (ok) return true;
+    } else if (explore(depth, first, last)) {
+      return true;
+    }
   }
-  if (explore(depth)) return true;
+  while (placed_stack_.size() > placed_mark) unplace(placed_stack_.back());
   undo_floors(entry_mark);
   if (halted()) return false;
   remember_failure(key);
@@ -342,7 +383,7 @@ bool ComponentSearch::release_bound_holds() {
   return true;
 }
 
-bool ComponentSearch::explore(int depth) {
+bool ComponentSearch::explore(int depth, int first, int last) {
   // Valleys: maximal runs of equal floor whose neighbours are higher (or the ends of time).
   // Pick the lowest one (leftmost on ties), unless some valley holds a section without slack.
   int a = -1, z = -1;
@@ -354,9 +395,9 @@ bool ComponentSearch::explore(int depth) {
   cands.clear();
   bool tight = false;
   std::size_t tight_level = 0;
-  for (int s = 0; s < sections_;) {
+  for (int s = first; s <= last;) {
     int e = s;
-    while (e + 1 < sections_ && floor_[e + 1] == floor_[s]) ++e;
+    while (e + 1 <= last && floor_[e + 1] == floor_[s]) ++e;
     const std::size_t level = floor_[s];
     bool valley =
         (s == 0 || floor_[s - 1] > level) && (e + 1 == sections_ || floor_[e + 1] > level);
@@ -410,7 +451,7 @@ bool ComponentSearch::explore(int depth) {
       int b = cands[k];
       std::size_t mark = trail_.size();
       place(b, tight_level);
-      if (search(depth + 1)) return true;
+      if (search(depth + 1, first, last)) return true;
       undo_floors(mark);
       unplace(b);
       if (halted()) return false;
@@ -441,7 +482,7 @@ bool ComponentSearch::explore(int depth) {
       ok = can_raise(a, lo_[b] - 1, level);
       if (ok) raise(a, lo_[b] - 1, level);
     }
-    if (ok && search(depth + 1)) return true;
+    if (ok && search(depth + 1, first, last)) return true;
     undo_floors(mark);
     unplace(b);
     if (halted()) return false;
@@ -452,7 +493,7 @@ bool ComponentSearch::explore(int depth) {
   if (can_raise(a, z, level)) {
     std::size_t mark = trail_.size();
     raise(a, z, level);
-    if (search(depth + 1)) return true;
+    if (search(depth + 1, first, last)) return true;
     undo_floors(mark);
   }
   return false;
@@ -469,6 +510,7 @@ Outcome ComponentSearch::decide(std::size_t capacity, SearchBudget& budget,
   budget_ = &budget;
   std::fill(floor_.begin(), floor_.end(), 0);
   std::fill(placed_.begin(), placed_.end(), 0);
+  placed_stack_.clear();
   placed_count_ = 0;
   placed_hash_ = 0;
   floor_hash_ = 0;
@@ -486,20 +528,12 @@ Outcome ComponentSearch::decide(std::size_t capacity, SearchBudget& budget,
     set_branching_order(restart);
     restart_nodes_ = 0;
     restart_limit_ = restarts_ ? luby(restart + 1) * kRestartUnit : 0;
-    for (int b = 0; b < n_; ++b)
-      if (placed_[b]) unplace(b);
+    while (!placed_stack_.empty()) unplace(placed_stack_.back());
     undo_floors(0);
-    ok = search(0);
+    ok = search(0, 0, sections_ - 1);
     if (ok || budget.stopped() || restart_nodes_ < restart_limit_ || restart_limit_ == 0) break;
   }
   restart_limit_ = 0;
-  if (std::getenv("MODELMEM_EXACT_DEBUG"))
-    std::fprintf(stderr, "decide cap=%zu n=%d sections=%d -> %s nodes=%llu memo=%zu\n", capacity,
-                 n_, sections_,
-                 ok                 ? "found"
-                 : budget.stopped() ? "stopped"
-                                    : "infeasible",
-                 static_cast<unsigned long long>(budget.nodes()), failed_.size());
   if (ok) {
     offsets.assign(offset_.begin(), offset_.end());
     return Outcome::kFound;

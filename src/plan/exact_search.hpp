@@ -91,10 +91,10 @@ class ComponentSearch {
     }
   };
 
-  bool search(int depth);
+  bool search(int depth, int first, int last);
   bool halted();
   void set_branching_order(int restart);
-  bool explore(int depth);
+  bool explore(int depth, int first, int last);
   bool tighten_floors();
   bool release_bound_holds();
   bool propagate_compulsory_parts();
@@ -133,6 +133,7 @@ class ComponentSearch {
   std::vector<std::vector<int>> overlaps_;  // buffers overlapping each one in time
   bool release_bound_ = true;
   std::vector<char> placed_;
+  std::vector<int> placed_stack_;
   int placed_count_ = 0;
   std::vector<std::pair<int, std::size_t>> trail_;
   std::deque<std::vector<int>> candidates_;  // per depth, reused
