@@ -1,17 +1,24 @@
 // The search keeps a skyline: floor_[s] is the lowest address still usable in time section s.
 // Every plan can be pushed down until each buffer rests on the floor or on another buffer
-// ("gravity"), so it is enough to build such plans from the bottom up. At each node the search
-// takes the lowest run of sections (leftmost on ties) at level m, bounded by higher walls, and
-// branches on which buffer is the leftmost one to sit exactly at m inside the run; the sections
-// to its left can then hold nothing at m and are raised ("wasted") up to the lower of the walls
-// around them. The last branch wastes the whole run. Each set of buffers at level m is thus met
-// once, in left-to-right order, instead of once per permutation.
+// ("gravity"), so it is enough to build such plans from the bottom up, one valley at a time (a
+// valley is a run of sections at one level m whose neighbours are higher).
 //
-// Pruning: per section, floor + bytes of unplaced buffers crossing it must stay within the
-// capacity (placing a buffer on the floor keeps that sum, so it is only checked when a floor is
-// raised); identical buffers are tried once per node; states (placed set + skyline) proven to
-// fail are remembered, and since a state failing at a capacity fails at every smaller one, the
-// memory is kept across the capacities of one minimisation.
+// Branching, per node:
+//  - a tight section in a valley (its slack, capacity - floor - bytes still to place there, is
+//    below the least waste it could get) must be covered right at m: branch on which buffer
+//    inside the valley covers it; there is no other branch;
+//  - otherwise, in the valley with the least slack, branch on which buffer is the leftmost one
+//    to sit at m; the sections to its left can then hold nothing at m and are raised ("wasted")
+//    to the lower of the walls around them; a last branch wastes the whole valley. Each set of
+//    buffers at level m is met once, in left-to-right order, not once per permutation.
+// Pruning and inference: each unplaced buffer has a candidate address (the highest floor under
+// its lifetime), raised further by the compulsory parts of big buffers; each section's floor is
+// raised to the lowest candidate crossing it, and floor + bytes still to place must fit under the
+// capacity. Identical buffers are tried once per node. Sections that nothing unplaced crosses
+// split the rest into independent parts, solved one by one (a failing part fails the node). States
+// proven to fail are remembered (per part, and across capacities: failing at a capacity means
+// failing at every smaller one). Restarts on a Luby schedule rotate through branching variants,
+// since which variant is fast differs from instance to instance (heavy-tailed run times).
 #include "exact_search.hpp"
 
 #include <algorithm>
@@ -34,8 +41,9 @@ std::uint64_t floor_mix(int section, std::size_t level) {
 }
 
 constexpr std::size_t kMaxRemembered = std::size_t{1} << 21;
-// Restart r uses branching variant r % 4 (tight-section rule) with buffer order (r / 4) % 4.
-constexpr int kVariantOrder = 4;
+// Restart r uses branching variant r % 16 (tight-section rules and the order of the buffers
+// covering a tight section) with buffer order (r / 16) % 4.
+constexpr int kVariantOrder = 16;
 constexpr std::uint64_t kRestartUnit = 512;
 
 // The Luby sequence 1 1 2 1 1 2 4 1 1 2 ...: restart lengths with a log-factor optimal worst case.
@@ -117,7 +125,6 @@ ComponentSearch::ComponentSearch(const Problem& problem, std::vector<std::size_t
   for (int b = 0; b < n_; ++b) zobrist_[b] = splitmix(0xabcdefULL + static_cast<std::uint64_t>(b));
   floor_.assign(sections_, 0);
   effective_.assign(sections_, 0);
-  above_.assign(sections_, 0);
   candidate_.assign(n_, 0);
   overlaps_.assign(n_, {});
   for (int b = 0; b < n_; ++b)
@@ -150,6 +157,7 @@ void ComponentSearch::set_branching_order(int restart) {
   };
   fewest_first_ = restart % 2 == 1;
   zero_slack_only_ = (restart / 2) % 2 == 1;
+  tight_order_ = (restart / 4) % 4;
   starts_at_.assign(sections_, {});
   std::vector<int> order(n_);
   std::iota(order.begin(), order.end(), 0);
@@ -322,7 +330,7 @@ bool ComponentSearch::tighten_floors() {
     if (remaining_[s] > capacity_ - effective_[s]) return false;
     set_floor(s, effective_[s]);
   }
-  return !release_bound_ || release_bound_holds();
+  return true;
 }
 
 std::size_t ComponentSearch::align_up(std::size_t value, std::size_t alignment) const {
@@ -356,33 +364,6 @@ bool ComponentSearch::propagate_compulsory_parts() {
   return true;
 }
 
-// Buffers whose candidate address is at least t all lie above t: in every section, t plus their
-// bytes must fit under the capacity, for every t (the per-section bound is the case of the lowest
-// t). Checked by sweeping the unplaced buffers from the highest candidate down.
-bool ComponentSearch::release_bound_holds() {
-  by_candidate_.clear();
-  for (int b = 0; b < n_; ++b)
-    if (!placed_[b]) by_candidate_.push_back(b);
-  std::sort(by_candidate_.begin(), by_candidate_.end(),
-            [&](int x, int y) { return candidate_[x] > candidate_[y]; });
-  std::fill(above_.begin(), above_.end(), 0);
-  for (std::size_t i = 0; i < by_candidate_.size();) {
-    std::size_t j = i;
-    const std::size_t t = candidate_[by_candidate_[i]];
-    for (; j < by_candidate_.size() && candidate_[by_candidate_[j]] == t; ++j) {
-      int b = by_candidate_[j];
-      for (int s = lo_[b]; s < hi_[b]; ++s) above_[s] += size_[b];
-    }
-    for (std::size_t k = i; k < j; ++k) {
-      int b = by_candidate_[k];
-      for (int s = lo_[b]; s < hi_[b]; ++s)
-        if (above_[s] > capacity_ - t) return false;
-    }
-    i = j;
-  }
-  return true;
-}
-
 bool ComponentSearch::explore(int depth, int first, int last) {
   // Valleys: maximal runs of equal floor whose neighbours are higher (or the ends of time).
   // Pick the lowest one (leftmost on ties), unless some valley holds a section without slack.
@@ -395,6 +376,7 @@ bool ComponentSearch::explore(int depth, int first, int last) {
   cands.clear();
   bool tight = false;
   std::size_t tight_level = 0;
+  std::size_t best_slack = capacity_;
   for (int s = first; s <= last;) {
     int e = s;
     while (e + 1 <= last && floor_[e + 1] == floor_[s]) ++e;
@@ -402,7 +384,13 @@ bool ComponentSearch::explore(int depth, int first, int last) {
     bool valley =
         (s == 0 || floor_[s - 1] > level) && (e + 1 == sections_ || floor_[e + 1] > level);
     if (valley && level < capacity_ && !(!fewest_first_ && tight)) {
-      if (level < m) {
+      // Without a tight section, branch in the valley with the least slack (fail first), the
+      // lowest on ties.
+      std::size_t slack = capacity_;
+      for (int x = s; x <= e; ++x)
+        if (remaining_[x] != 0) slack = std::min(slack, capacity_ - level - remaining_[x]);
+      if (a < 0 || slack < best_slack || (slack == best_slack && level < m)) {
+        best_slack = slack;
         m = level;
         a = s;
         z = e;
@@ -447,6 +435,14 @@ bool ComponentSearch::explore(int depth, int first, int last) {
   if (a < 0) return false;
 
   if (tight) {
+    // Which covering buffer to try first: the variant's order (see set_branching_order).
+    auto by = [&](auto key) {
+      std::stable_sort(cands.begin(), cands.end(), [&](int x, int y) { return key(x) > key(y); });
+    };
+    if (tight_order_ == 1) by([&](int b) { return static_cast<long double>(size_[b]); });
+    if (tight_order_ == 2) by([&](int b) { return static_cast<long double>(hi_[b] - lo_[b]); });
+    if (tight_order_ == 3)
+      by([&](int b) { return static_cast<long double>(size_[b]) * (hi_[b] - lo_[b]); });
     for (std::size_t k = 0; k < cands.size(); ++k) {
       int b = cands[k];
       std::size_t mark = trail_.size();

@@ -96,7 +96,6 @@ class ComponentSearch {
   void set_branching_order(int restart);
   bool explore(int depth, int first, int last);
   bool tighten_floors();
-  bool release_bound_holds();
   bool propagate_compulsory_parts();
   std::size_t align_up(std::size_t value, std::size_t alignment) const;
   void remember_failure(const FailKey& key);
@@ -122,16 +121,16 @@ class ComponentSearch {
   bool memoize_ = true;
   bool restarts_ = true;
   bool zero_slack_only_ = false;  // tight means no slack, or slack below the least waste
-  bool fewest_first_ = false;     // tight section: the one with fewest candidates, or the leftmost
+  bool fewest_first_ = false;
+  int tight_order_ = 0;  // covering buffers: section order, larger, longer, or larger area first //
+                         // tight section: the one with fewest candidates, or the leftmost
   std::uint64_t restart_nodes_ = 0, restart_limit_ = 0;
 
   // Search state.
   std::size_t capacity_ = 0;
   SearchBudget* budget_ = nullptr;
-  std::vector<std::size_t> floor_, remaining_, offset_, effective_, above_, candidate_;
-  std::vector<int> by_candidate_;
+  std::vector<std::size_t> floor_, remaining_, offset_, effective_, candidate_;
   std::vector<std::vector<int>> overlaps_;  // buffers overlapping each one in time
-  bool release_bound_ = true;
   std::vector<char> placed_;
   std::vector<int> placed_stack_;
   int placed_count_ = 0;
