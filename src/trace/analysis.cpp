@@ -22,9 +22,13 @@ using alloc::EventKind;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-std::size_t ceil_mib(std::size_t bytes) { return (bytes + kMiB - 1) / kMiB; }
+std::size_t ceil_mib(std::size_t bytes) {
+  return (bytes + kMiB - 1) / kMiB;
+}
 
-std::string percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
+std::string percent(double fraction) {
+  return fmt::format("{:.1f}%", 100.0 * fraction);
+}
 
 // Reserved address ranges, kept merged: segments and mapped pages as the allocator reported them.
 class RangeSet {
@@ -66,7 +70,9 @@ class RangeSet {
   std::map<std::uintptr_t, std::uintptr_t> ranges_;
 };
 
-bool is_alloc_or_free(EventKind k) { return k == EventKind::kAlloc || k == EventKind::kFree; }
+bool is_alloc_or_free(EventKind k) {
+  return k == EventKind::kAlloc || k == EventKind::kFree;
+}
 
 std::uint64_t step_signature(const Trace& trace, const Blocks& blocks, Window w) {
   std::uint64_t h = 1469598103934665603ULL;
@@ -88,7 +94,7 @@ std::uint64_t step_signature(const Trace& trace, const Blocks& blocks, Window w)
 std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
                                    std::size_t alignment) {
   std::set<std::pair<std::size_t, std::size_t>> by_size;  // (size, offset)
-  std::map<std::size_t, std::size_t> by_offset;            // offset -> size
+  std::map<std::size_t, std::size_t> by_offset;           // offset -> size
   std::vector<std::pair<std::size_t, std::size_t>> placed(blocks.blocks.size(), {0, 0});
   std::size_t top = 0;
   std::size_t high = 0;
@@ -147,8 +153,8 @@ std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
   return high;
 }
 
-std::size_t plan_arena(const plan::Problem& problem, const std::string& solver,
-                       double time_limit_s, std::string* solver_used) {
+std::size_t plan_arena(const plan::Problem& problem, const std::string& solver, double time_limit_s,
+                       std::string* solver_used) {
   if (problem.buffers.empty()) {
     if (solver_used != nullptr) *solver_used = solver;
     return 0;
@@ -208,6 +214,7 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
     last_time = std::max(last_time, e.time_ns);
     switch (e.kind) {
       case EventKind::kAlloc:
+        live -= closed_by_alloc[i];
         ++a.allocs;
         threads.insert(e.thread);
         ++size_counts[e.size];
@@ -226,8 +233,12 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
         if (b != kNever) live -= blocks.blocks[b].size;
         break;
       }
-      case EventKind::kMark: ++a.marks; break;
-      case EventKind::kOom: ++a.ooms; break;
+      case EventKind::kMark:
+        ++a.marks;
+        break;
+      case EventKind::kOom:
+        ++a.ooms;
+        break;
       case EventKind::kSegmentAlloc:
       case EventKind::kMap:
         ++a.device_events;
@@ -245,7 +256,6 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
         reserved = reserved >= e.size ? reserved - e.size : 0;
         break;
     }
-    if (e.kind == EventKind::kAlloc) live -= closed_by_alloc[i];
     live_after[i] = live;
   }
   a.threads = threads.size();
@@ -293,8 +303,8 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
     for (std::size_t k = 0; k < a.period.repeats; ++k) {
       std::size_t r0 = a.period.start + k * a.period.length;
       std::size_t r1 = r0 + a.period.length;
-      windows.push_back({event_of_rank[r0], r1 < event_of_rank.size() ? event_of_rank[r1]
-                                                                       : events.size()});
+      windows.push_back(
+          {event_of_rank[r0], r1 < event_of_rank.size() ? event_of_rank[r1] : events.size()});
     }
   }
   std::unordered_map<std::uint64_t, std::size_t> group_of_signature;
@@ -336,6 +346,21 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
     for (std::size_t i = w.begin; i < w.end; ++i)
       if (events[i].kind == EventKind::kAlloc) ++size_counts_of_group[g][events[i].size];
   }
+  // Sizes allocated equally often in every kind of step (workspaces, constants) say nothing
+  // about the dimension: they do not vote.
+  if (size_counts_of_group.size() >= 2) {
+    std::vector<std::size_t> invariant;
+    for (const auto& [size, count] : size_counts_of_group[0]) {
+      bool everywhere = true;
+      for (const auto& counts : size_counts_of_group) {
+        auto it = counts.find(size);
+        everywhere = everywhere && it != counts.end() && it->second == count;
+      }
+      if (everywhere) invariant.push_back(size);
+    }
+    for (auto& counts : size_counts_of_group)
+      for (std::size_t size : invariant) counts.erase(size);
+  }
   std::size_t reference = 0;
   for (std::size_t g = 1; g < a.groups.size(); ++g)
     if (a.steps[a.groups[g].steps.back()].bytes_allocated <
@@ -375,9 +400,13 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
       const TraceEvent& e = events[i];
       switch (e.kind) {
         case EventKind::kSegmentAlloc:
-        case EventKind::kMap: ranges.add(e.address, e.address + e.size); break;
+        case EventKind::kMap:
+          ranges.add(e.address, e.address + e.size);
+          break;
         case EventKind::kSegmentFree:
-        case EventKind::kUnmap: ranges.remove(e.address, e.address + e.size); break;
+        case EventKind::kUnmap:
+          ranges.remove(e.address, e.address + e.size);
+          break;
         case EventKind::kAlloc: {
           std::size_t b = blocks.block_of_event[i];
           if (b != kNever && (blocks.blocks[b].free_index == kNever ||
@@ -385,7 +414,8 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
             live_blocks[e.address] = e.size;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
     ReservedBreakdown r;
@@ -400,10 +430,12 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
         used += it->second;
         ++count;
         largest_block = std::max(largest_block, it->second);
-        if (it->first > cursor) r.largest_free_gap = std::max<std::size_t>(r.largest_free_gap, it->first - cursor);
+        if (it->first > cursor)
+          r.largest_free_gap = std::max<std::size_t>(r.largest_free_gap, it->first - cursor);
         cursor = std::max<std::uintptr_t>(cursor, it->first + it->second);
       }
-      if (end > cursor) r.largest_free_gap = std::max<std::size_t>(r.largest_free_gap, end - cursor);
+      if (end > cursor)
+        r.largest_free_gap = std::max<std::size_t>(r.largest_free_gap, end - cursor);
       const std::size_t size = end - begin;
       const std::size_t free_bytes = size > used ? size - used : 0;
       if (count == 0) {
@@ -443,13 +475,14 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
   const bool repeats = main_group != nullptr && main_group->steps.size() >= 2;
   if (repeats && a.groups.size() == 1) {
     std::size_t arena = checked_add(main_group->planned, main_group->live_in, "arena size");
-    std::string how = a.steps_from_marks
-                          ? fmt::format("{} of {} marked steps are identical", main_group->steps.size(),
-                                        a.steps.size())
-                          : fmt::format("the allocation sequence repeats every {} events from "
-                                        "event {} ({} match over {} repeats)",
-                                        a.period.length, a.period_start_event,
-                                        percent(a.period.match), a.period.repeats);
+    std::string how =
+        a.steps_from_marks
+            ? fmt::format("{} of {} marked steps are identical", main_group->steps.size(),
+                          a.steps.size())
+            : fmt::format(
+                  "the allocation sequence repeats every {} events from "
+                  "event {} ({} match over {} repeats)",
+                  a.period.length, a.period_start_event, percent(a.period.match), a.period.repeats);
     a.advice.push_back(
         {"static-arena",
          fmt::format("Repeating step: {}. Use the profile-guided static arena: one step planned "
@@ -527,9 +560,8 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
 
   if (a.reserved) {
     const ReservedBreakdown& r = *a.reserved;
-    const double ratio = a.peak_live == 0 ? 0.0
-                                          : static_cast<double>(r.reserved) /
-                                                static_cast<double>(a.peak_live);
+    const double ratio =
+        a.peak_live == 0 ? 0.0 : static_cast<double>(r.reserved) / static_cast<double>(a.peak_live);
     if (ratio >= options.reserved_ratio) {
       const std::size_t unused = r.reserved > r.live ? r.reserved - r.live : 0;
       struct Cause {
@@ -543,7 +575,8 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
                        "free piece {})",
                        format_bytes(r.fragmented), format_bytes(r.largest_free_gap)),
            {"expandable_segments:True",
-            fmt::format("max_split_size_mb:{}", std::max<std::size_t>(1, ceil_mib(r.largest_free_gap)))}},
+            fmt::format("max_split_size_mb:{}",
+                        std::max<std::size_t>(1, ceil_mib(r.largest_free_gap)))}},
           {r.oversize,
            fmt::format("oversize blocks: {} unused in segments holding one much smaller block",
                        format_bytes(r.oversize)),
@@ -610,15 +643,17 @@ std::string to_text(const Analysis& a) {
   line(fmt::format("trace {}", a.name));
   line(fmt::format("  events {} (alloc {}, free {}, mark {}, oom {}, device {}), threads {}",
                    a.events, a.allocs, a.frees, a.marks, a.ooms, a.device_events, a.threads));
-  line(fmt::format("  allocated {} in {:.3f} s: {:.0f} allocs/s, {}/s", format_bytes(a.bytes_allocated),
-                   a.duration_s, a.allocs_per_s,
+  line(fmt::format("  allocated {} in {:.3f} s: {:.0f} allocs/s, {}/s",
+                   format_bytes(a.bytes_allocated), a.duration_s, a.allocs_per_s,
                    format_bytes(static_cast<std::size_t>(a.bytes_per_s))));
   line(fmt::format("  peak live {} at event {} ({:.3f} s){}", format_bytes(a.peak_live),
                    a.peak_live_event, static_cast<double>(a.peak_live_time_ns) * 1e-9,
-                   a.peak_reserved ? fmt::format(", peak reserved {}", format_bytes(*a.peak_reserved))
-                                   : std::string(", reserved unknown")));
+                   a.peak_reserved
+                       ? fmt::format(", peak reserved {}", format_bytes(*a.peak_reserved))
+                       : std::string(", reserved unknown")));
   if (a.never_freed > 0)
-    line(fmt::format("  never freed: {} blocks, {}", a.never_freed, format_bytes(a.never_freed_bytes)));
+    line(fmt::format("  never freed: {} blocks, {}", a.never_freed,
+                     format_bytes(a.never_freed_bytes)));
   line(fmt::format("  distinct sizes {}; histogram:", a.distinct_sizes));
   std::size_t max_count = 1;
   for (const SizeBin& b : a.histogram) max_count = std::max(max_count, b.count);
@@ -636,10 +671,11 @@ std::string to_text(const Analysis& a) {
                      a.steps.size()));
     for (std::size_t k = 0; k < a.steps.size(); ++k) {
       const StepStats& s = a.steps[k];
-      line(fmt::format("    step {:>3}: events [{}, {}), {} allocs, {} allocated, peak live {}, "
-                       "live in {}, kind {}",
-                       k, s.window.begin, s.window.end, s.allocs, format_bytes(s.bytes_allocated),
-                       format_bytes(s.peak_live), format_bytes(s.live_in), s.group));
+      line(
+          fmt::format("    step {:>3}: events [{}, {}), {} allocs, {} allocated, peak live {}, "
+                      "live in {}, kind {}",
+                      k, s.window.begin, s.window.end, s.allocs, format_bytes(s.bytes_allocated),
+                      format_bytes(s.peak_live), format_bytes(s.live_in), s.group));
     }
     for (std::size_t g = 0; g < a.groups.size(); ++g)
       line(fmt::format("    kind {}: {} step(s), scale x{:g}, planned {} ({}), lower bound {}", g,
@@ -718,10 +754,13 @@ nlohmann::json to_json(const Analysis& a) {
   j["solver"] = a.solver;
   if (a.reserved) {
     const ReservedBreakdown& r = *a.reserved;
-    j["reserved_at_peak"] = {{"reserved", r.reserved},       {"live", r.live},
+    j["reserved_at_peak"] = {{"reserved", r.reserved},
+                             {"live", r.live},
                              {"in_empty_ranges", r.in_empty_ranges},
-                             {"dead_cached", r.dead_cached}, {"oversize", r.oversize},
-                             {"fragmented", r.fragmented},   {"largest_free_gap", r.largest_free_gap},
+                             {"dead_cached", r.dead_cached},
+                             {"oversize", r.oversize},
+                             {"fragmented", r.fragmented},
+                             {"largest_free_gap", r.largest_free_gap},
                              {"ranges", r.ranges}};
   } else {
     j["reserved_at_peak"] = nullptr;

@@ -30,9 +30,9 @@ struct StepStats {
   Window window;
   std::size_t allocs = 0;
   std::size_t bytes_allocated = 0;
-  std::size_t peak_live = 0;  ///< including blocks live from before the step
-  std::size_t live_in = 0;    ///< bytes live at the step's start, allocated before it
-  std::size_t group = 0;      ///< steps with the same allocation sequence share a group
+  std::size_t peak_live = 0;    ///< including blocks live from before the step
+  std::size_t live_in = 0;      ///< bytes live at the step's start, allocated before it
+  std::size_t group = 0;        ///< steps with the same allocation sequence share a group
   std::size_t common_size = 0;  ///< most frequent allocation size in the step
 };
 
