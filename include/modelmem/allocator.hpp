@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace modelmem::alloc {
@@ -142,6 +144,17 @@ class Allocator {
   }
   Listener* listener() const noexcept { return listener_.load(std::memory_order_acquire); }
 
+  /// Records a notice (e.g. the expandable-segments fallback) that stats() reports in
+  /// Stats::warnings for the allocator's lifetime. Thread-safe; off the hot path.
+  void add_warning(std::string text) {
+    std::lock_guard<std::mutex> lock(warnings_mutex_);
+    warnings_.push_back(std::move(text));
+  }
+  std::vector<std::string> warnings() const {
+    std::lock_guard<std::mutex> lock(warnings_mutex_);
+    return warnings_;
+  }
+
  protected:
   void emit(EventKind kind, std::uintptr_t address, std::size_t size, Stream stream = 0,
             std::uint32_t pool = 0) const noexcept {
@@ -159,6 +172,8 @@ class Allocator {
 
  private:
   std::atomic<Listener*> listener_{nullptr};
+  mutable std::mutex warnings_mutex_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace modelmem::alloc

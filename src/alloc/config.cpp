@@ -1,0 +1,631 @@
+// The configuration string and the factory. Three steps, each with its own errors:
+//   1. tokenize `key:value,...` (brackets may hold commas) and check each value's form against
+//      the key table (kKeys below: to add a key, add a row there and, if it builds something,
+//      read it in build());
+//   2. check combinations: a key the chosen stack would ignore is an error, so a typo in intent
+//      ("max_split_size_mb with expandable segments") is caught at parse time, not in production;
+//   3. build: device, probe, strategy, fallback.
+#include "modelmem/alloc/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "modelmem/alloc/plan_file.hpp"
+#include "modelmem/alloc/static_arena.hpp"
+#include "modelmem/alloc/system.hpp"
+#include "modelmem/device/host.hpp"
+#include "modelmem/error.hpp"
+
+namespace modelmem::alloc {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+// A size in MiB must still fit in 64 bits as bytes.
+constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
+
+[[noreturn]] void bad(const std::string& key, const std::string& what) {
+  throw InvalidInput("config: " + key + ": " + what);
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_uint(std::string_view s, std::size_t& out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool parse_double(std::string_view s, double& out) {
+  if (s.empty() || s.front() == '+' || s.front() == ' ') return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(out);
+}
+
+bool is_pow2(std::size_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+// ---- value checks: each returns the normalised value or throws naming the key ----
+
+using Check = std::string (*)(const std::string& key, std::string_view value);
+
+std::string check_bool(const std::string& key, std::string_view v) {
+  if (v == "True" || v == "true" || v == "1") return "True";
+  if (v == "False" || v == "false" || v == "0") return "False";
+  bad(key, "expected True or False, got '" + std::string(v) + "'");
+}
+
+std::string check_strategy(const std::string& key, std::string_view v) {
+  // Strategies that build() knows; the planned arena adds its name here and a case in build().
+  if (v == "static" || v == "caching" || v == "system") return std::string(v);
+  bad(key, "expected static, caching or system, got '" + std::string(v) + "'");
+}
+
+std::string check_device(const std::string& key, std::string_view v) {
+  if (v == "host" || v == "limited") return std::string(v);
+  bad(key, "expected host or limited, got '" + std::string(v) + "'");
+}
+
+std::string check_fallback(const std::string& key, std::string_view v) {
+  if (v == "static" || v == "caching" || v == "error") return std::string(v);
+  bad(key, "expected static, caching or error, got '" + std::string(v) + "'");
+}
+
+std::string check_model_type(const std::string& key, std::string_view v) {
+  if (v == "cnn" || v == "transformer" || v == "gan") return std::string(v);
+  bad(key, "expected cnn, transformer or gan, got '" + std::string(v) + "'");
+}
+
+std::string check_mb(const std::string& key, std::string_view v) {
+  std::size_t n = 0;
+  if (!parse_uint(v, n)) bad(key, "expected a whole number of MiB, got '" + std::string(v) + "'");
+  if (n == 0) bad(key, "must be > 0");
+  if (n > kMaxMb) bad(key, std::string(v) + " MiB does not fit in 64 bits");
+  return std::to_string(n);
+}
+
+std::string check_max_split(const std::string& key, std::string_view v) {
+  std::string n = check_mb(key, v);
+  // As PyTorch: a block that may not be split must be larger than a large-pool segment (20 MiB).
+  if (std::stoull(n) <= 20) bad(key, "must be > 20 (MiB, the large segment size), got " + n);
+  return n;
+}
+
+std::string check_path(const std::string& key, std::string_view v) {
+  if (v.empty()) bad(key, "expected a file name");
+  return std::string(v);
+}
+
+std::string check_safety(const std::string& key, std::string_view v) {
+  double d = 0;
+  if (!parse_double(v, d)) bad(key, "expected a number, got '" + std::string(v) + "'");
+  if (d < 1.0 || d > 100.0) bad(key, "must be in [1, 100] (a factor below 1 undersizes the pool)");
+  return std::string(v);
+}
+
+std::string check_gc(const std::string& key, std::string_view v) {
+  double d = 0;
+  if (!parse_double(v, d)) bad(key, "expected a number, got '" + std::string(v) + "'");
+  if (!(d > 0.0 && d < 1.0)) bad(key, "must be in (0, 1), got " + std::string(v));
+  return std::string(v);
+}
+
+std::string check_fraction(const std::string& key, std::string_view v) {
+  double d = 0;
+  if (!parse_double(v, d)) bad(key, "expected a number, got '" + std::string(v) + "'");
+  if (!(d > 0.0 && d <= 1.0)) bad(key, "must be in (0, 1], got " + std::string(v));
+  return std::string(v);
+}
+
+std::string check_roundup(const std::string& key, std::string_view v) {
+  try {
+    parse_roundup_power2_divisions(v);
+  } catch (const InvalidInput& e) {
+    bad(key, e.what());
+  }
+  return std::string(v);
+}
+
+struct KeySpec {
+  ConfigKey info;
+  Check check;
+};
+
+const std::vector<KeySpec>& key_table() {
+  static const std::vector<KeySpec> table = {
+      {{"strategy", "caching", "static | caching | system",
+        "static: one pool taken up front, best fit inside it; caching: PyTorch's caching pool; "
+        "system: the C heap (baseline)"},
+       check_strategy},
+      {{"device", "host", "host | limited",
+        "host: memory from mmap; limited: host memory behind a capacity limit, with or without "
+        "virtual memory (stands in for an accelerator)"},
+       check_device},
+      {{"device_capacity_mb", "1024", "MiB > 0", "capacity of device:limited"}, check_mb},
+      {{"device_vmm", "False", "True | False",
+        "device:limited offers virtual memory (reserve/map)"},
+       check_bool},
+      {{"expandable_segments", "False", "True | False",
+        "caching pool grows one reserved range per stream by mapping pages (probes the device "
+        "first)"},
+       check_bool},
+      {{"fallback", "static", "static | caching | error",
+        "what to build when expandable segments are unsupported on the device"},
+       check_fallback},
+      {{"static_pool_mb", "", "MiB > 0", "size of a static pool (strategy:static or fallback)"},
+       check_mb},
+      {{"plan", "", "FILE.json",
+        "static pool sized from a plan file: arena_bytes + weights_bytes (x safety_factor)"},
+       check_path},
+      {{"model_type", "", "cnn | transformer | gan",
+        "static pool preset: 512, 1024 or 2048 MiB x safety_factor (default 1.2, 1.5, 1.3)"},
+       check_model_type},
+      {{"safety_factor", "", "number in [1, 100]",
+        "multiplies the model_type preset or the plan's size"},
+       check_safety},
+      {{"max_split_size_mb", "", "MiB > 20",
+        "caching: blocks larger than this are never split (PyTorch)"},
+       check_max_split},
+      {{"roundup_power2_divisions", "0", "power of 2 | [MiB:div,...,>:div]",
+        "caching: round requests up to one of N divisions of their power-of-two interval "
+        "(PyTorch)"},
+       check_roundup},
+      {{"garbage_collection_threshold", "0", "number in (0, 1)",
+        "caching: free cached blocks, oldest first, once reserved exceeds this fraction of the "
+        "allowed memory (PyTorch)"},
+       check_gc},
+      {{"per_process_memory_fraction", "1.0", "number in (0, 1]",
+        "cap on reserved memory as a fraction of the device's total (PyTorch's "
+        "set_per_process_memory_fraction)"},
+       check_fraction},
+      {{"huge_pages", "False", "True | False",
+        "host memory in 2 MiB pages where the system has them"},
+       check_bool},
+      {{"prefault", "False", "True | False",
+        "touch host pages when obtained, so a static pool costs no page faults later"},
+       check_bool},
+  };
+  return table;
+}
+
+const KeySpec* find_key(std::string_view name) {
+  for (const auto& k : key_table())
+    if (k.info.name == name) return &k;
+  return nullptr;
+}
+
+// Splits on commas outside brackets.
+std::vector<std::string_view> split_entries(std::string_view text) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '[') ++depth;
+    if (c == ']') {
+      if (depth == 0)
+        throw InvalidInput("config: unbalanced ']' at character " + std::to_string(i + 1));
+      --depth;
+    }
+    if (c == ',' && depth == 0) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (depth != 0) throw InvalidInput("config: unbalanced '[' (missing ']')");
+  out.push_back(text.substr(start));
+  return out;
+}
+
+struct Preset {
+  const char* name;
+  std::size_t base_mb;
+  double factor;
+};
+// The seed's table of what deployments budget per model family.
+constexpr Preset kPresets[] = {{"cnn", 512, 1.2}, {"transformer", 1024, 1.5}, {"gan", 2048, 1.3}};
+
+const Preset& preset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) return p;
+  bad("model_type", "unknown preset '" + name + "'");
+}
+
+std::string mib_text(std::size_t bytes) {
+  if (bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
+  return format_bytes(bytes);
+}
+
+std::string trim_double(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", d);
+  return buf;
+}
+
+void check_combinations(const Config& c) {
+  auto has = [&](const char* k) { return c.has(k); };
+  const std::string strategy = c.get("strategy");
+  const std::string dev = c.get("device");
+  const bool expandable = c.get_bool("expandable_segments");
+
+  for (const char* k : {"device_capacity_mb", "device_vmm"})
+    if (has(k) && dev != "limited")
+      bad(k, "applies only to device:limited (device is " + dev + ")");
+
+  if (strategy == "system") {
+    for (const char* k :
+         {"device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb", "plan",
+          "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
+          "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault"})
+      if (has(k)) bad(k, "has no effect with strategy:system (the C heap)");
+    if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is system)");
+  }
+  if (strategy == "static") {
+    if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is static)");
+    if (has("fallback")) bad("fallback", "applies only with expandable_segments:True");
+    for (const char* k :
+         {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"})
+      if (has(k)) bad(k, "applies only to strategy:caching (strategy is static)");
+  }
+  if (strategy == "caching") {
+    if (has("fallback") && !expandable)
+      bad("fallback", "applies only with expandable_segments:True");
+    if (expandable && has("max_split_size_mb"))
+      bad("max_split_size_mb",
+          "conflicts with expandable_segments:True (expandable segments never split a "
+          "segment's tail off; PyTorch ignores max_split_size_mb there)");
+    const bool static_fallback = expandable && c.get("fallback") == "static";
+    for (const char* k : {"static_pool_mb", "plan", "model_type", "safety_factor"})
+      if (has(k) && !static_fallback)
+        bad(k,
+            "sizes a static pool: it needs strategy:static, or strategy:caching with "
+            "expandable_segments:True and fallback:static");
+  }
+
+  const char* source = nullptr;
+  for (const char* k : {"static_pool_mb", "plan", "model_type"}) {
+    if (!has(k)) continue;
+    if (source) bad(k, std::string("conflicts with ") + source + " (one pool size source only)");
+    source = k;
+  }
+  if (has("safety_factor") && (source == nullptr || std::string(source) == "static_pool_mb"))
+    bad("safety_factor", "needs model_type or plan to multiply");
+}
+
+// One line per distinct warning per process, as PyTorch's TORCH_WARN_ONCE does per call site.
+void warn_once(const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string> printed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (printed.insert(text).second) std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> out;
+    for (const auto& k : key_table()) out.push_back(k.info);
+    return out;
+  }();
+  return keys;
+}
+
+std::string Config::get(const std::string& key) const {
+  auto it = values.find(key);
+  if (it == values.end()) throw InvalidInput("config: unknown key '" + key + "'");
+  return it->second;
+}
+
+bool Config::get_bool(const std::string& key) const {
+  std::string v = get(key);
+  if (v == "True") return true;
+  if (v == "False") return false;
+  bad(key, "is not a boolean ('" + v + "')");
+}
+
+double Config::get_double(const std::string& key) const {
+  std::string v = get(key);
+  double d = 0;
+  if (!parse_double(v, d)) bad(key, v.empty() ? "is not set" : "is not a number ('" + v + "')");
+  return d;
+}
+
+std::size_t Config::get_size(const std::string& key) const {
+  std::string v = get(key);
+  std::size_t n = 0;
+  if (!parse_uint(v, n)) bad(key, v.empty() ? "is not set" : "is not a whole number ('" + v + "')");
+  return n;
+}
+
+std::size_t Config::get_size_mb(const std::string& key) const {
+  return checked_mul(get_size(key), kMiB, key.c_str());
+}
+
+bool Config::has(const std::string& key) const {
+  return std::find(explicit_keys.begin(), explicit_keys.end(), key) != explicit_keys.end();
+}
+
+std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view text) {
+  // PyTorch keeps 16 intervals: index 0 holds every size below 2 MiB, index i the sizes in
+  // [2^(20+i), 2^(21+i)), index 15 everything from 32 GiB up.
+  constexpr std::size_t kIntervals = 16;
+  auto divisions = [](std::string_view s, bool zero_ok) -> unsigned {
+    std::size_t n = 0;
+    if (!parse_uint(trim(s), n) || n > (1u << 20) || !(is_pow2(n) || (zero_ok && n == 0)))
+      throw InvalidInput("divisions must be a power of two" + std::string(zero_ok ? " or 0" : "") +
+                         ", got '" + std::string(s) + "'");
+    return static_cast<unsigned>(n);
+  };
+  text = trim(text);
+  if (text.empty()) throw InvalidInput("empty value");
+  std::map<std::size_t, unsigned> out;
+  if (text.front() != '[') {
+    unsigned n = divisions(text, true);  // 0 = off (our default)
+    out[0] = n;
+    return out;
+  }
+  if (text.back() != ']') throw InvalidInput("list must end with ']'");
+  std::string_view body = text.substr(1, text.size() - 2);
+  std::vector<unsigned> table(kIntervals, 0);
+  std::size_t last_index = 0;
+  bool first = true;
+  std::size_t start = 0;
+  while (start <= body.size()) {
+    std::size_t comma = body.find(',', start);
+    std::string_view entry = trim(body.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    start = comma == std::string_view::npos ? body.size() + 1 : comma + 1;
+    std::size_t colon = entry.find(':');
+    if (colon == std::string_view::npos)
+      throw InvalidInput("list entry '" + std::string(entry) + "' is not SIZE_MB:DIVISIONS");
+    std::string_view edge = trim(entry.substr(0, colon));
+    unsigned value = divisions(entry.substr(colon + 1), true);
+    if (edge == ">") {
+      if (comma != std::string_view::npos) throw InvalidInput("'>' must be the last entry");
+      std::fill(table.begin() + static_cast<std::ptrdiff_t>(first ? 0 : last_index + 1),
+                table.end(), value);
+      first = false;
+      continue;
+    }
+    std::size_t mb = 0;
+    if (!parse_uint(edge, mb) || !is_pow2(mb))
+      throw InvalidInput("interval '" + std::string(edge) + "' must be a power of two (MiB)");
+    std::size_t index = static_cast<std::size_t>(63 - __builtin_clzll(mb));
+    index = std::min(index, kIntervals - 1);
+    if (!first && index <= last_index)
+      throw InvalidInput("intervals must increase ('" + std::string(edge) + "')");
+    // The first entry also covers every interval below it, as in PyTorch.
+    if (first) std::fill(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(index), value);
+    table[index] = value;
+    last_index = index;
+    first = false;
+  }
+  // Lower edge in bytes -> divisions. The caching pool looks up bit_floor(size) exactly and
+  // falls back to key 0, so 0 carries index 0 (every size below 2 MiB), intervals equal to it
+  // are left out, and index 15 is repeated for every power of two above 32 GiB.
+  out[0] = table[0];
+  for (std::size_t i = 1; i < 64 - 20; ++i) {
+    unsigned v = table[std::min(i, kIntervals - 1)];
+    if (v != table[0]) out[kMiB << i] = v;
+  }
+  return out;
+}
+
+Config parse_config(std::string_view text) {
+  Config c;
+  c.source = std::string(text);
+  for (const auto& k : key_table()) c.values[k.info.name] = k.info.default_value;
+  if (!trim(text).empty()) {
+    for (std::string_view raw : split_entries(text)) {
+      std::string_view entry = trim(raw);
+      if (entry.empty()) throw InvalidInput("config: empty entry in '" + c.source + "'");
+      std::size_t colon = entry.find(':');
+      std::string key(trim(entry.substr(0, colon)));
+      if (colon == std::string_view::npos)
+        throw InvalidInput("config: " + key + ": missing ':VALUE'");
+      const KeySpec* spec = find_key(key);
+      if (spec == nullptr) {
+        std::string known;
+        for (const auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.info.name;
+        throw InvalidInput("config: unknown key '" + key + "' (known: " + known + ")");
+      }
+      if (c.has(key)) bad(key, "given twice");
+      std::string_view value = trim(entry.substr(colon + 1));
+      if (value.empty()) bad(key, "missing value");
+      c.values[key] = spec->check(key, value);
+      c.explicit_keys.push_back(key);
+    }
+  }
+  check_combinations(c);
+  // Effective values that depend on other keys.
+  if (c.has("model_type") && !c.has("safety_factor"))
+    c.values["safety_factor"] = trim_double(preset(c.get("model_type")).factor);
+  if (c.has("plan") && !c.has("safety_factor")) c.values["safety_factor"] = "1.0";
+  return c;
+}
+
+CachingOptions caching_options(const Config& c) {
+  CachingOptions o;
+  if (c.has("max_split_size_mb")) o.max_split_size = c.get_size_mb("max_split_size_mb");
+  o.roundup_power2_divisions = parse_roundup_power2_divisions(c.get("roundup_power2_divisions"));
+  // "0" means off: an empty table, so the caching pool skips the lookup entirely.
+  if (o.roundup_power2_divisions.size() == 1 && o.roundup_power2_divisions.begin()->second == 0)
+    o.roundup_power2_divisions.clear();
+  o.garbage_collection_threshold = c.get_double("garbage_collection_threshold");
+  o.per_process_memory_fraction = c.get_double("per_process_memory_fraction");
+  o.expandable_segments = c.get_bool("expandable_segments");
+  return o;
+}
+
+StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
+  StaticSizing s;
+  if (c.has("static_pool_mb")) {
+    s.bytes = c.get_size_mb("static_pool_mb");
+    s.source = "static_pool_mb:" + c.get("static_pool_mb");
+  } else if (c.has("model_type")) {
+    const Preset& p = preset(c.get("model_type"));
+    double factor = c.get_double("safety_factor");
+    double mb = std::floor(static_cast<double>(p.base_mb) * factor);
+    s.bytes = static_cast<std::size_t>(mb) * kMiB;
+    s.source = "model_type:" + c.get("model_type") + ": " + std::to_string(p.base_mb) + " MiB x " +
+               trim_double(factor);
+  } else if (c.has("plan")) {
+    const std::string path = c.get("plan");
+    PlanSizes plan = read_plan_sizes(path);
+    double factor = c.get_double("safety_factor");
+    double bytes = std::ceil(static_cast<double>(plan.total()) * factor);
+    if (!(bytes < 1.8e19)) bad("plan", path + ": pool size overflows 64 bits");
+    s.bytes = static_cast<std::size_t>(bytes);
+    if (s.bytes == 0) bad("plan", path + ": arena_bytes + weights_bytes is 0, no pool to size");
+    s.source = "plan:" + path + ": arena " + format_bytes(plan.arena_bytes) + " + weights " +
+               format_bytes(plan.weights_bytes) + " x " + trim_double(factor);
+  } else {
+    if (c.get("device") == "host")
+      throw InvalidInput(
+          "config: a static pool on device:host needs static_pool_mb, plan or model_type (the "
+          "host's whole memory is no sensible default)");
+    double fraction = c.get_double("per_process_memory_fraction");
+    std::size_t total = dev.memory_info().total;
+    s.bytes = static_cast<std::size_t>(std::floor(static_cast<double>(total) * fraction));
+    s.bytes -= s.bytes % kMiB;
+    s.source = "per_process_memory_fraction " + trim_double(fraction) + " of " + dev.name() + " (" +
+               format_bytes(total) + ")";
+  }
+  // Blocks are 256-byte aligned; a pool that is not is rounded up rather than silently shrunk.
+  s.bytes = checked_align_up(s.bytes, 256, "static pool size");
+  const double fraction = c.get_double("per_process_memory_fraction");
+  const std::size_t total = dev.memory_info().total;
+  const double cap = std::floor(static_cast<double>(total) * fraction);
+  if (static_cast<double>(s.bytes) > cap)
+    throw InvalidInput(
+        "config: static pool of " + mib_text(s.bytes) + " (" + s.source + ") exceeds " +
+        (fraction < 1.0 ? "per_process_memory_fraction " + trim_double(fraction) + " of "
+                        : std::string()) +
+        dev.name() + "'s " + format_bytes(total));
+  return s;
+}
+
+namespace {
+
+std::shared_ptr<Allocator> make_static(const device::DevicePtr& dev, const StaticSizing& size) {
+  try {
+    return std::make_shared<StaticAllocator>(dev, StaticOptions{size.bytes, 256});
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(e.info(), "static pool of " + mib_text(size.bytes) + " (" + size.source +
+                                    ") does not fit on " + dev->name() + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Built build(const Config& c) {
+  Built b;
+  const std::string strategy = c.get("strategy");
+  auto setting = [&](const std::string& key, const std::string& value) {
+    b.settings.emplace_back(key, value);
+  };
+  setting("strategy", strategy);
+
+  if (strategy == "system") {
+    b.allocator = std::make_shared<SystemAllocator>();
+    setting("device", "none (the C heap)");
+    b.probe = "not run (strategy:system)";
+    return b;
+  }
+
+  device::HostOptions host;
+  host.huge_pages = c.get_bool("huge_pages");
+  host.prefault = c.get_bool("prefault");
+  b.device = device::make_host_device(host);
+  if (c.get("device") == "limited") {
+    b.device = device::make_limited_device(b.device, c.get_size_mb("device_capacity_mb"),
+                                           c.get_bool("device_vmm"), 0);
+    setting("device", b.device->name() + " (capacity " + c.get("device_capacity_mb") +
+                          " MiB, virtual memory " + (c.get_bool("device_vmm") ? "on" : "off") +
+                          ", on host memory)");
+  } else {
+    setting("device", b.device->name());
+  }
+  setting("huge_pages", c.get("huge_pages"));
+  setting("prefault", c.get("prefault"));
+  setting("per_process_memory_fraction", c.get("per_process_memory_fraction"));
+
+  if (strategy == "static") {
+    StaticSizing size = static_pool_size(c, *b.device);
+    setting("static_pool", mib_text(size.bytes) + " (" + size.source + ")");
+    b.probe = "not run (strategy:static)";
+    b.allocator = make_static(b.device, size);
+    return b;
+  }
+
+  // strategy == "caching"
+  CachingOptions options = caching_options(c);
+  auto caching_settings = [&](const CachingOptions& o) {
+    setting("max_split_size_mb",
+            c.has("max_split_size_mb") ? c.get("max_split_size_mb") : "unlimited");
+    setting("roundup_power2_divisions", c.get("roundup_power2_divisions"));
+    setting("garbage_collection_threshold", c.get("garbage_collection_threshold"));
+    setting("expandable_segments", o.expandable_segments ? "True" : "False");
+  };
+  if (!options.expandable_segments) {
+    caching_settings(options);
+    b.probe = "not run (expandable_segments:False)";
+    b.allocator = std::make_shared<CachingAllocator>(b.device, options);
+    return b;
+  }
+
+  device::VmProbe probe = b.device->probe_virtual_memory();
+  if (probe.supported) {
+    b.probe = b.device->name() + ": virtual memory supported";
+    caching_settings(options);
+    setting("fallback", c.get("fallback") + " (not needed)");
+    b.allocator = std::make_shared<CachingAllocator>(b.device, options);
+    return b;
+  }
+  const std::string reason = probe.reason.empty() ? "no reason given" : probe.reason;
+  b.probe = b.device->name() + ": virtual memory not supported (" + reason + ")";
+  const std::string fallback = c.get("fallback");
+  const std::string head =
+      "modelmem: expandable_segments is not supported on " + b.device->name() + " (" + reason + ")";
+  if (fallback == "error")
+    throw Unsupported(head.substr(std::string("modelmem: ").size()) +
+                      "; fallback:error forbids building anything else");
+  std::string warning;
+  if (fallback == "static") {
+    StaticSizing size = static_pool_size(c, *b.device);
+    warning = head + "; falling back to a static pool of " + mib_text(size.bytes);
+    setting("expandable_segments", "True (unsupported here)");
+    setting("fallback", "static: pool of " + mib_text(size.bytes) + " (" + size.source + ")");
+    b.allocator = make_static(b.device, size);
+  } else {
+    options.expandable_segments = false;
+    warning = head + "; falling back to the caching pool with fixed-size segments";
+    caching_settings(options);
+    setting("fallback", "caching (fixed-size segments)");
+    b.allocator = std::make_shared<CachingAllocator>(b.device, options);
+  }
+  warn_once(warning);
+  b.allocator->add_warning(warning);
+  b.fallback_warning = warning;
+  return b;
+}
+
+Built build_from_env() {
+  const char* env = std::getenv("MODELMEM_ALLOC_CONF");
+  return build(parse_config(env ? env : ""));
+}
+
+}  // namespace modelmem::alloc

@@ -1,0 +1,177 @@
+// The quota ledger is charged before the upstream is asked and refunded if the upstream fails,
+// so concurrent requests can never together overshoot the quota.
+#include "modelmem/alloc/quota.hpp"
+
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::alloc {
+
+struct QuotaAdaptor::Impl {
+  std::shared_ptr<Allocator> upstream;
+  QuotaOptions options;
+  mutable std::mutex mutex;
+  std::unordered_map<std::uintptr_t, std::size_t> charged;
+  std::size_t used = 0;
+  std::size_t peak = 0;
+  std::int64_t refused = 0;
+};
+
+QuotaAdaptor::QuotaAdaptor(std::shared_ptr<Allocator> upstream, QuotaOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!upstream) throw InvalidInput("quota: no upstream allocator");
+  if (options.quota == 0) throw InvalidInput("quota: pool '" + options.name + "' has quota 0");
+  if (options.granularity == 0 || (options.granularity & (options.granularity - 1)) != 0)
+    throw InvalidInput("quota: granularity must be a power of two");
+  impl_->upstream = std::move(upstream);
+  impl_->options = std::move(options);
+}
+
+QuotaAdaptor::~QuotaAdaptor() = default;
+
+void* QuotaAdaptor::allocate(std::size_t size, Stream stream) {
+  if (size == 0) throw InvalidInput("pool '" + impl_->options.name + "': allocation of 0 bytes");
+  Impl& m = *impl_;
+  const std::size_t g = m.options.granularity;
+  // Sizes beyond the quota are refused before rounding, which could overflow.
+  const std::size_t charge = size > m.options.quota ? size : (size + g - 1) & ~(g - 1);
+  {
+    std::unique_lock<std::mutex> lock(m.mutex);
+    if (charge > m.options.quota - m.used) {
+      ++m.refused;
+      const std::size_t in_use = m.used;
+      lock.unlock();
+      Stats up = m.upstream->stats();
+      OomInfo info;
+      info.requested = size;
+      info.reserved = static_cast<std::size_t>(up.reserved_bytes.all.current);
+      info.allocated = static_cast<std::size_t>(up.allocated_bytes.all.current);
+      info.largest_free_block = up.largest_free_block;
+      info.quota = m.options.quota;
+      info.where = "pool '" + m.options.name + "'";
+      if (m.options.device) info.device_free = m.options.device->memory_info().free;
+      emit(EventKind::kOom, 0, size, stream);
+      throw QuotaExceeded(info, "pool '" + m.options.name + "' would exceed its quota: requested " +
+                                    format_bytes(size) + " with " + format_bytes(in_use) +
+                                    " in use of its quota of " + format_bytes(m.options.quota) +
+                                    " (" + modelmem::describe(info) + ")");
+    }
+    m.used += charge;
+    if (m.used > m.peak) m.peak = m.used;
+  }
+  void* ptr = nullptr;
+  try {
+    ptr = m.upstream->allocate(size, stream);
+  } catch (const QuotaExceeded&) {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.used -= charge;
+    throw;
+  } catch (const OutOfMemory& e) {
+    {
+      std::lock_guard<std::mutex> lock(m.mutex);
+      m.used -= charge;
+    }
+    // The pool itself ran out below its quota (fragmentation, rounding, caching): same numbers,
+    // with the quota and the pool's name added.
+    OomInfo info = e.info();
+    info.quota = m.options.quota;
+    info.where =
+        "pool '" + m.options.name + "'" + (info.where.empty() ? "" : " (" + info.where + ")");
+    throw OutOfMemory(info, "pool '" + m.options.name + "': " + e.what() + "; quota " +
+                                format_bytes(m.options.quota));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.used -= charge;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(m.mutex);
+  m.charged.emplace(reinterpret_cast<std::uintptr_t>(ptr), charge);
+  return ptr;
+}
+
+void QuotaAdaptor::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  Impl& m = *impl_;
+  std::size_t charge = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    auto it = m.charged.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == m.charged.end()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%p", ptr);
+      throw InvalidInput("pool '" + m.options.name + "': free of " + buf +
+                         ", which is not a live block of this pool (double free, or another "
+                         "pool's block?)");
+    }
+    charge = it->second;
+    m.charged.erase(it);
+  }
+  try {
+    m.upstream->deallocate(ptr);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.charged.emplace(reinterpret_cast<std::uintptr_t>(ptr), charge);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(m.mutex);
+  m.used -= charge;
+}
+
+Stats QuotaAdaptor::stats() const {
+  Stats s = impl_->upstream->stats();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    s.num_ooms += impl_->refused;
+  }
+  for (auto& w : warnings()) s.warnings.push_back(w);
+  return s;
+}
+
+void QuotaAdaptor::reset_peak() {
+  impl_->upstream->reset_peak();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->peak = impl_->used;
+}
+
+void QuotaAdaptor::trim() {
+  impl_->upstream->trim();
+}
+
+std::string QuotaAdaptor::describe() const {
+  return "quota " + format_bytes(impl_->options.quota) + " for pool '" + impl_->options.name +
+         "' over " + impl_->upstream->describe();
+}
+
+void QuotaAdaptor::begin_step() {
+  impl_->upstream->begin_step();
+}
+void QuotaAdaptor::end_step() {
+  impl_->upstream->end_step();
+}
+
+std::size_t QuotaAdaptor::quota() const noexcept {
+  return impl_->options.quota;
+}
+
+std::size_t QuotaAdaptor::used() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->used;
+}
+
+std::size_t QuotaAdaptor::peak_used() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->peak;
+}
+
+const std::string& QuotaAdaptor::name() const noexcept {
+  return impl_->options.name;
+}
+
+Allocator& QuotaAdaptor::upstream() noexcept {
+  return *impl_->upstream;
+}
+
+}  // namespace modelmem::alloc

@@ -1,0 +1,247 @@
+// The static strategy. Free space is kept twice: by address (to merge neighbours on free) and by
+// (size, address) (best fit in O(log n), lowest address among equals so the arena fills from the
+// bottom and stays compact). The segment is taken once in the constructor and returned only in
+// the destructor; nothing here ever asks the device again.
+#include "modelmem/alloc/static_arena.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::alloc {
+namespace {
+
+constexpr std::size_t kSmallRequest = 1u << 20;  // PyTorch's small/large cut, for the statistics
+
+PoolKind pool_of(std::size_t bytes) {
+  return bytes <= kSmallRequest ? PoolKind::kSmall : PoolKind::kLarge;
+}
+
+void add(CounterSet& set, PoolKind kind, std::int64_t n) {
+  set.all.add(n);
+  set[kind].add(n);
+}
+
+void sub(CounterSet& set, PoolKind kind, std::int64_t n) {
+  set.all.sub(n);
+  set[kind].sub(n);
+}
+
+std::string hex(std::uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+struct StaticAllocator::Impl {
+  struct Live {
+    std::size_t size;       // block size after rounding
+    std::size_t requested;  // what the caller asked for
+  };
+
+  device::DevicePtr device;
+  StaticOptions options;
+  void* segment = nullptr;  // what the device returned
+  std::uintptr_t base = 0;  // first aligned address inside it
+  std::size_t usable = 0;   // bytes from base that blocks may use
+  PoolKind segment_pool = PoolKind::kLarge;
+
+  mutable std::mutex mutex;
+  std::map<std::size_t, std::size_t> free_by_offset;           // offset -> size
+  std::set<std::pair<std::size_t, std::size_t>> free_by_size;  // (size, offset)
+  std::unordered_map<std::uintptr_t, Live> live;
+  std::size_t free_bytes = 0;
+  Stats stats;
+
+  void insert_free(std::size_t offset, std::size_t size) {
+    free_by_offset.emplace(offset, size);
+    free_by_size.emplace(size, offset);
+    free_bytes += size;
+  }
+  void erase_free(std::map<std::size_t, std::size_t>::iterator it) {
+    free_by_size.erase({it->second, it->first});
+    free_bytes -= it->second;
+    free_by_offset.erase(it);
+  }
+
+  std::size_t largest_free() const {
+    return free_by_size.empty() ? 0 : free_by_size.rbegin()->first;
+  }
+
+  // Free memory between live blocks counts as "inactive split" (PyTorch's name for free bytes
+  // inside a segment that is partly in use); an idle arena has none.
+  void update_split_counters() {
+    std::int64_t want_bytes = live.empty() ? 0 : static_cast<std::int64_t>(free_bytes);
+    std::int64_t want_count = live.empty() ? 0 : static_cast<std::int64_t>(free_by_offset.size());
+    auto adjust = [&](CounterSet& set, std::int64_t want) {
+      std::int64_t delta = want - set.all.current;
+      if (delta > 0) add(set, segment_pool, delta);
+      if (delta < 0) sub(set, segment_pool, -delta);
+    };
+    adjust(stats.inactive_split_bytes, want_bytes);
+    adjust(stats.inactive_split, want_count);
+  }
+
+  std::string where() const { return "static pool on " + device->name(); }
+};
+
+StaticAllocator::StaticAllocator(device::DevicePtr device, StaticOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!device) throw InvalidInput("static pool: no device");
+  if (options.budget == 0) throw InvalidInput("static pool: budget must be > 0 bytes");
+  if (options.alignment == 0 || (options.alignment & (options.alignment - 1)) != 0)
+    throw InvalidInput("static pool: alignment " + std::to_string(options.alignment) +
+                       " is not a power of two");
+  if (options.budget < options.alignment)
+    throw InvalidInput("static pool: budget of " + format_bytes(options.budget) +
+                       " is smaller than the alignment " + std::to_string(options.alignment));
+  Impl& m = *impl_;
+  m.device = std::move(device);
+  m.options = options;
+  m.segment = m.device->allocate(options.budget);
+  auto raw = reinterpret_cast<std::uintptr_t>(m.segment);
+  m.base = (raw + options.alignment - 1) & ~(static_cast<std::uintptr_t>(options.alignment) - 1);
+  std::size_t lost = static_cast<std::size_t>(m.base - raw);
+  m.usable = lost >= options.budget ? 0 : (options.budget - lost) & ~(options.alignment - 1);
+  if (m.usable == 0) {
+    m.device->deallocate(m.segment, options.budget);
+    throw InvalidInput("static pool: budget of " + format_bytes(options.budget) +
+                       " leaves no aligned space on " + m.device->name());
+  }
+  m.insert_free(0, m.usable);
+  m.segment_pool = pool_of(options.budget);
+  add(m.stats.reserved_bytes, m.segment_pool, static_cast<std::int64_t>(options.budget));
+  add(m.stats.segment, m.segment_pool, 1);
+  m.stats.num_device_alloc = 1;
+  emit(EventKind::kSegmentAlloc, raw, options.budget);
+}
+
+StaticAllocator::~StaticAllocator() {
+  Impl& m = *impl_;
+  emit(EventKind::kSegmentFree, reinterpret_cast<std::uintptr_t>(m.segment), m.options.budget);
+  m.device->deallocate(m.segment, m.options.budget);
+}
+
+void* StaticAllocator::allocate(std::size_t size, Stream stream) {
+  if (size == 0) throw InvalidInput("static pool: allocation of 0 bytes");
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mutex);
+  auto it = size <= m.usable
+                ? m.free_by_size.lower_bound(
+                      {(size + m.options.alignment - 1) & ~(m.options.alignment - 1), 0})
+                : m.free_by_size.end();
+  if (it == m.free_by_size.end()) {
+    ++m.stats.num_ooms;
+    OomInfo info;
+    info.requested = size;
+    info.reserved = m.options.budget;
+    info.allocated = static_cast<std::size_t>(m.stats.allocated_bytes.all.current);
+    info.largest_free_block = m.largest_free();
+    info.where = m.where();
+    lock.unlock();
+    // Asked outside the lock: the device may be shared and slow; the numbers above are a
+    // consistent snapshot of this pool.
+    info.device_free = m.device->memory_info().free;
+    emit(EventKind::kOom, 0, size, stream);
+    throw OutOfMemory(std::move(info));
+  }
+  const std::size_t rounded = (size + m.options.alignment - 1) & ~(m.options.alignment - 1);
+  const std::size_t block_size = it->first;
+  const std::size_t offset = it->second;
+  m.erase_free(m.free_by_offset.find(offset));
+  if (block_size > rounded) m.insert_free(offset + rounded, block_size - rounded);
+
+  const std::uintptr_t address = m.base + offset;
+  m.live.emplace(address, Impl::Live{rounded, size});
+  PoolKind kind = pool_of(size);
+  add(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(rounded));
+  add(m.stats.active_bytes, kind, static_cast<std::int64_t>(rounded));
+  add(m.stats.requested_bytes, kind, static_cast<std::int64_t>(size));
+  add(m.stats.allocation, kind, 1);
+  add(m.stats.active, kind, 1);
+  m.update_split_counters();
+  emit(EventKind::kAlloc, address, size, stream);
+  return reinterpret_cast<void*>(address);
+}
+
+void StaticAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  auto live = m.live.find(address);
+  if (live == m.live.end()) {
+    bool inside = address >= m.base && address < m.base + m.usable;
+    throw InvalidInput("static pool: free of " + hex(address) +
+                       (inside ? ", which is not a live block (double free?)"
+                               : ", which this pool did not hand out"));
+  }
+  const Impl::Live block = live->second;
+  m.live.erase(live);
+
+  std::size_t offset = static_cast<std::size_t>(address - m.base);
+  std::size_t size = block.size;
+  auto next = m.free_by_offset.lower_bound(offset);
+  if (next != m.free_by_offset.end() && next->first == offset + size) {
+    size += next->second;
+    auto after = std::next(next);
+    m.erase_free(next);
+    next = after;
+  }
+  if (next != m.free_by_offset.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      size += prev->second;
+      m.erase_free(prev);
+    }
+  }
+  m.insert_free(offset, size);
+
+  PoolKind kind = pool_of(block.requested);
+  sub(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(block.size));
+  sub(m.stats.active_bytes, kind, static_cast<std::int64_t>(block.size));
+  sub(m.stats.requested_bytes, kind, static_cast<std::int64_t>(block.requested));
+  sub(m.stats.allocation, kind, 1);
+  sub(m.stats.active, kind, 1);
+  m.update_split_counters();
+  emit(EventKind::kFree, address, block.size);
+}
+
+Stats StaticAllocator::stats() const {
+  Stats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    s = impl_->stats;
+    s.largest_free_block = impl_->largest_free();
+  }
+  s.warnings = warnings();
+  return s;
+}
+
+void StaticAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Stats& s = impl_->stats;
+  for (CounterSet* c :
+       {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes,
+        &s.requested_bytes, &s.allocation, &s.segment, &s.active, &s.inactive_split})
+    c->reset_peak();
+}
+
+std::string StaticAllocator::describe() const {
+  const Impl& m = *impl_;
+  return "static: one pool of " + format_bytes(m.options.budget) + " on " + m.device->name() +
+         ", best fit with coalescing, alignment " + std::to_string(m.options.alignment);
+}
+
+}  // namespace modelmem::alloc
