@@ -615,10 +615,13 @@ Built build(const Config& c) {
     warning = head + "; falling back to the caching pool with fixed-size segments";
     caching_settings(options);
     setting("fallback", "caching (fixed-size segments)");
-    b.allocator = std::make_shared<CachingAllocator>(b.device, options);
+    auto caching = std::make_shared<CachingAllocator>(b.device, options);
+    // Through the concrete type: the caching pool keeps warnings with its own statistics.
+    caching->add_warning(warning);
+    b.allocator = caching;
   }
   warn_once(warning);
-  b.allocator->add_warning(warning);
+  if (fallback == "static") b.allocator->add_warning(warning);
   b.fallback_warning = warning;
   return b;
 }

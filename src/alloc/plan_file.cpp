@@ -171,6 +171,8 @@ class Reader {
 
   std::size_t integer(const std::string& key) {
     const std::size_t start = pos_;
+    if (peek() == '0' && pos_ + 1 < text_.size() && is_digit(text_[pos_ + 1]))
+      fail_at(start, "\"" + key + "\" must be a non-negative integer without leading zeros");
     if (peek() == '-' || is_digit(peek())) {
       number();
       std::string_view token = text_.substr(start, pos_ - start);

@@ -53,15 +53,15 @@ TEST(QuotaAdaptor, RefusesOverQuotaNamingPoolQuotaAndUse) {
   }
   EXPECT_EQ(upstream->stats().allocation.all.allocated, 1);  // the refused one never got there
   EXPECT_EQ(q.stats().num_ooms, 1);
-  void* b = q.allocate(400 * kKiB);  // exactly up to the quota is fine
+  void* b = q.allocate(424 * kKiB);  // exactly up to the quota is fine
   EXPECT_EQ(q.used(), 1 * kMiB);
   EXPECT_THROW(q.allocate(1), QuotaExceeded);
   q.deallocate(a);
   EXPECT_THROW(q.deallocate(a), InvalidInput);
-  EXPECT_EQ(q.used(), 400 * kKiB);
+  EXPECT_EQ(q.used(), 424 * kKiB);
   EXPECT_EQ(q.peak_used(), 1 * kMiB);
   q.reset_peak();
-  EXPECT_EQ(q.peak_used(), 400 * kKiB);
+  EXPECT_EQ(q.peak_used(), 424 * kKiB);
   q.deallocate(b);
   EXPECT_EQ(q.used(), 0u);
   EXPECT_THROW(q.allocate(SIZE_MAX), QuotaExceeded);
