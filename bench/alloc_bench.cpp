@@ -10,8 +10,11 @@
 //   BM_Hit/<heap>/<size>     the same size allocated and freed again: the cache-hit path
 //   BM_Random/<heap>         log-uniform sizes 256 B .. 64 MiB, 8 blocks live, oldest freed first
 //   BM_Trace/<heap>/<trace>  a recorded PyTorch inference trace replayed in order (one
-//                            iteration = the whole trace); ns_per_pair, peak_live_MiB and, for
-//                            modelmem strategies, peak_reserved_MiB
+//                            iteration = the whole trace); counters pairs, peak_live_MiB and,
+//                            for modelmem strategies, peak_reserved_MiB
+// Times are CPU times (the shared machine is loaded; wall time mostly measures the others).
+// bench/alloc_report.py turns --benchmark_format=json output into the tables of
+// docs/benchmarks.md.
 // Memory is never touched: these measure the allocator, not page faults.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
@@ -26,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -162,11 +166,6 @@ struct Shared {
   static constexpr std::size_t kStaticBudget = std::size_t{4} << 30;  // virtual; never touched
 };
 
-benchmark::Counter per_pair(double pairs_per_iteration) {
-  return benchmark::Counter(pairs_per_iteration, benchmark::Counter::kIsIterationInvariantRate |
-                                                     benchmark::Counter::kInvert);
-}
-
 // ---- benchmarks ------------------------------------------------------------------------------
 
 void hit(benchmark::State& state, Shared* shared) {
@@ -178,7 +177,6 @@ void hit(benchmark::State& state, Shared* shared) {
     benchmark::DoNotOptimize(p);
     heap.release(p);
   }
-  state.counters["s_per_pair"] = per_pair(1);
 }
 
 std::vector<std::size_t> random_sizes(std::uint64_t seed) {
@@ -204,7 +202,40 @@ void random_pairs(benchmark::State& state, Shared* shared) {
   }
   for (void* p : ring)
     if (p) heap.release(p);
-  state.counters["s_per_pair"] = per_pair(1);
+}
+
+// ---- what a locked hit path costs at least: the floors under a caching pool's pair ----------
+
+void floor_mutex(benchmark::State& state) {
+  std::mutex m;
+  for (auto _ : state) {
+    m.lock();  // allocate
+    m.unlock();
+    m.lock();  // deallocate
+    m.unlock();
+    benchmark::ClobberMemory();
+  }
+}
+
+void floor_set(benchmark::State& state) {
+  std::set<std::pair<std::size_t, std::uintptr_t>> free_blocks;
+  for (std::size_t i = 0; i < 64; ++i) free_blocks.emplace(65536 * (i % 8 + 1), i * 4096);
+  for (auto _ : state) {
+    auto it = free_blocks.lower_bound({65536, 0});  // best fit ...
+    auto node = free_blocks.extract(it);            // ... taken out ...
+    benchmark::DoNotOptimize(node.value());
+    free_blocks.insert(std::move(node));  // ... and put back by the free
+  }
+}
+
+void floor_hash(benchmark::State& state) {
+  std::unordered_map<std::uintptr_t, void*> live;
+  for (std::uintptr_t i = 0; i < 64; ++i) live.emplace(i * 4096, nullptr);
+  std::uintptr_t key = 1 << 30;
+  for (auto _ : state) {
+    live.emplace(key, nullptr);  // allocate records the block
+    live.erase(key);             // deallocate looks it up
+  }
 }
 
 // ---- recorded traces -------------------------------------------------------------------------
@@ -307,7 +338,7 @@ void trace_replay(benchmark::State& state, const Subject* s, const Trace* t) {
       break;
     }
   }
-  state.counters["s_per_pair"] = per_pair(static_cast<double>(t->pairs));
+  state.counters["pairs"] = static_cast<double>(t->pairs);  // ns per pair = CPU time / pairs
   state.counters["peak_live_MiB"] = static_cast<double>(t->peak_live) / kMiB;
   double reserved = heap->peak_reserved();
   if (!std::isnan(reserved)) {
@@ -341,12 +372,14 @@ int main(int argc, char** argv) {
     for (std::int64_t size :
          {256LL, 4096LL, 65536LL, 262144LL, 1LL << 20, 4LL << 20, 16LL << 20, 64LL << 20})
       b->Arg(size);
-    b->Threads(1)->Threads(2)->UseRealTime();
+    b->Threads(1)->Threads(2);
     benchmark::RegisterBenchmark(("BM_Random/" + all[i].name).c_str(), random_pairs, sh)
         ->Threads(1)
-        ->Threads(2)
-        ->UseRealTime();
+        ->Threads(2);
   }
+  benchmark::RegisterBenchmark("BM_Floor/mutex_twice", floor_mutex);
+  benchmark::RegisterBenchmark("BM_Floor/ordered_set_take_and_put_back", floor_set);
+  benchmark::RegisterBenchmark("BM_Floor/hash_map_insert_and_erase", floor_hash);
   static std::vector<Trace> traces;
   for (const char* name :
        {"torch_resnet50", "torch_resnet50_varbatch", "torch_bert", "torch_bert_varlen"}) {

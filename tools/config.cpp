@@ -18,12 +18,19 @@ struct Args {
   bool keys = false;
 };
 
+// Table cells may not hold a bare '|'.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
 void print_keys() {
   std::printf("| key | default | values | meaning |\n|---|---|---|---|\n");
   for (const auto& k : alloc::config_keys())
     std::printf("| `%s` | %s | %s | %s |\n", k.name.c_str(),
                 k.default_value.empty() ? "-" : ("`" + k.default_value + "`").c_str(),
-                k.values.c_str(), k.meaning.c_str());
+                cell(k.values).c_str(), cell(k.meaning).c_str());
 }
 
 int run(const Args& args) {

@@ -9,6 +9,7 @@
 #include "modelmem/alloc/quota.hpp"
 #include "modelmem/alloc/static_arena.hpp"
 #include "modelmem/alloc/system.hpp"
+#include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
 #include "static_test_device.hpp"
 
@@ -201,6 +202,46 @@ TEST(Partitions, EventsCarryThePoolIndex) {
   EXPECT_EQ(rec.events[1].pool, 0u);
   EXPECT_EQ(rec.events[2].kind, EventKind::kFree);
   EXPECT_EQ(rec.events[2].pool, 1u);
+}
+
+// The README's example, kept honest.
+TEST(Partitions, ReadmeExampleOnALimitedDevice) {
+  auto gpu = device::make_limited_device(device::make_host_device(), 1024u << 20);
+  PartitionOptions options;
+  options.budget = 768u << 20;
+  Partitions parts(
+      gpu, {PoolSpec{"resnet", 256u << 20}, PoolSpec{"bert", 0, 3.0}, PoolSpec{"gan", 0, 1.0}},
+      options);
+  void* x = parts.pool("resnet").allocate(200u << 20);
+  EXPECT_THROW(parts.pool("resnet").allocate(100u << 20), QuotaExceeded);
+  void* y = parts.pool("bert").allocate(300u << 20);
+  auto r = parts.report();
+  EXPECT_EQ(r[0].quota, 256 * kMiB);
+  EXPECT_EQ(r[1].quota, 384 * kMiB);
+  EXPECT_EQ(r[2].quota, 128 * kMiB);
+  EXPECT_EQ(r[0].stats.num_ooms, 1);
+  EXPECT_EQ(gpu->memory_info().free, 256 * kMiB);  // the 768 MiB are held by the pools
+  parts.pool("resnet").deallocate(x);
+  parts.pool("bert").deallocate(y);
+}
+
+TEST(Partitions, CachingPoolsOnTheirOwnDeviceViews) {
+  auto gpu = device::make_limited_device(device::make_host_device(), 256 * kMiB);
+  PartitionOptions options;
+  options.budget = 128 * kMiB;
+  options.backing = PoolBacking::kCaching;
+  Partitions parts(gpu, PoolSpec::equal({"a", "b"}), options);
+  EXPECT_EQ(gpu->memory_info().free, 256 * kMiB);  // nothing taken up front
+  std::vector<void*> a;
+  for (int i = 0; i < 6; ++i) a.push_back(parts.pool("a").allocate(10 * kMiB));
+  EXPECT_THROW(parts.pool("a").allocate(10 * kMiB), OutOfMemory);  // quota or device view
+  void* b = parts.pool("b").allocate(60 * kMiB);                   // b's share is still there
+  auto r = parts.report();
+  EXPECT_LE(r[0].stats.reserved_bytes.all.current, static_cast<std::int64_t>(64 * kMiB));
+  EXPECT_EQ(r[1].used, 60 * kMiB);
+  for (void* p : a) parts.pool("a").deallocate(p);
+  parts.pool("b").deallocate(b);
+  EXPECT_NE(parts.describe().find("caching pools"), std::string::npos);
 }
 
 }  // namespace
