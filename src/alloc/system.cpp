@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "modelmem/error.hpp"
 
@@ -38,9 +39,11 @@ struct SystemAllocator::Impl {
     std::size_t size;
     std::size_t requested;
   };
+  using LiveMap = std::unordered_map<std::uintptr_t, Live>;
   SystemOptions options;
   mutable std::mutex mutex;
-  std::unordered_map<std::uintptr_t, Live> live;
+  LiveMap live;
+  std::vector<LiveMap::node_type> spare;  // reused, so the bookkeeping itself never mallocs
   Stats stats;
 };
 
@@ -78,7 +81,15 @@ void* SystemAllocator::allocate(std::size_t size, Stream stream) {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   {
     std::lock_guard<std::mutex> lock(m.mutex);
-    m.live.emplace(address, Impl::Live{rounded, size});
+    if (m.spare.empty()) {
+      m.live.emplace(address, Impl::Live{rounded, size});
+    } else {
+      auto node = std::move(m.spare.back());
+      m.spare.pop_back();
+      node.key() = address;
+      node.mapped() = Impl::Live{rounded, size};
+      m.live.insert(std::move(node));
+    }
     PoolKind kind = pool_of(size);
     add(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(rounded));
     add(m.stats.reserved_bytes, kind, static_cast<std::int64_t>(rounded));
@@ -108,7 +119,7 @@ void SystemAllocator::deallocate(void* ptr) {
                          ", which is not a live block of this allocator (double free?)");
     }
     block = it->second;
-    m.live.erase(it);
+    m.spare.push_back(m.live.extract(it));
     PoolKind kind = pool_of(block.requested);
     sub(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(block.size));
     sub(m.stats.reserved_bytes, kind, static_cast<std::int64_t>(block.size));
