@@ -34,7 +34,7 @@ class FreeList {
         if (auto at = fit(addr, end, b)) return take(addr, *at, b);
       }
     }
-    throw_offset_overflow();  // only when the unbounded block cannot hold it either
+    throw_offset_overflow(b);  // only when the unbounded block cannot hold it either
   }
 
   void release(std::size_t addr, std::size_t size) {
@@ -58,8 +58,8 @@ class FreeList {
  private:
   static std::optional<std::size_t> fit(std::size_t addr, std::size_t end, const Buffer& b) {
     if (end - addr < b.size) return std::nullopt;
-    std::size_t at = align_up(addr, b.alignment);
-    if (at > end || end - at < b.size) return std::nullopt;
+    std::size_t at;
+    if (!try_align_up(addr, b, at) || at > end || end - at < b.size) return std::nullopt;
     return at;
   }
 
@@ -113,7 +113,7 @@ Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, Ga
     std::size_t at = free.allocate(bufs[i], choice);
     plan.offsets[i] = at;
     std::size_t end_addr;
-    if (__builtin_add_overflow(at, bufs[i].size, &end_addr)) throw_offset_overflow();
+    if (__builtin_add_overflow(at, bufs[i].size, &end_addr)) throw_offset_overflow(bufs[i]);
     plan.arena_size = std::max(plan.arena_size, end_addr);
   }
   return plan;

@@ -63,9 +63,9 @@ Plan naive_plan(const Problem& problem) {
   plan.offsets.reserve(problem.buffers.size());
   std::size_t top = 0;
   for (const Buffer& b : problem.buffers) {
-    std::size_t at = detail::align_up(top, b.alignment);
+    std::size_t at = detail::align_up(top, b);
     plan.offsets.push_back(at);
-    top = checked_add(at, b.size, "naive plan");
+    if (__builtin_add_overflow(at, b.size, &top)) detail::throw_offset_overflow(b);
   }
   plan.arena_size = top;
   return plan;

@@ -23,8 +23,9 @@
 
 namespace modelmem::plan::detail {
 
-void throw_offset_overflow() {
-  throw InvalidInput("buffer offset overflows 64 bits");
+void throw_offset_overflow(const Buffer& b) {
+  throw InvalidInput("buffer '" + b.id + "' (size " + std::to_string(b.size) + ", alignment " +
+                     std::to_string(b.alignment) + "): its offset would overflow 64 bits");
 }
 
 namespace {
@@ -40,8 +41,8 @@ class GapFinder {
   /// Feeds the next overlapping buffer; false when the answer is already known.
   bool next(std::size_t lo, std::size_t end_addr) {
     if (lo > floor_ && lo - floor_ >= b_.size) {
-      const std::size_t at = align_up(floor_, b_.alignment);
-      if (at <= lo && lo - at >= b_.size) {
+      std::size_t at;
+      if (try_align_up(floor_, b_, at) && at <= lo && lo - at >= b_.size) {
         const std::size_t gap = lo - floor_;
         if (choice_ == GapChoice::kFirst) {
           best_ = at;
@@ -58,7 +59,7 @@ class GapFinder {
     return true;
   }
 
-  std::size_t result() const { return best_ != kNone ? best_ : align_up(floor_, b_.alignment); }
+  std::size_t result() const { return best_ != kNone ? best_ : align_up(floor_, b_); }
 
  private:
   const Buffer& b_;
@@ -226,7 +227,7 @@ Plan place_with(Index& placed, const Problem& problem, std::span<const std::size
     const Buffer& b = bufs[idx];
     std::size_t offset = placed.find(b, choice, work);
     std::size_t end_addr;
-    if (__builtin_add_overflow(offset, b.size, &end_addr)) throw_offset_overflow();
+    if (__builtin_add_overflow(offset, b.size, &end_addr)) throw_offset_overflow(b);
     placed.insert(idx, b, offset, end_addr);
     plan.offsets[idx] = offset;
     plan.arena_size = std::max(plan.arena_size, end_addr);

@@ -26,16 +26,23 @@ Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t>
 /// each buffer's rank). O(n log n) plus the gaps skipped for alignment.
 Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice);
 
-[[noreturn]] void throw_offset_overflow();
+/// Throws InvalidInput: placing buffer `b` would need an offset beyond 64 bits.
+[[noreturn]] void throw_offset_overflow(const Buffer& b);
 
-/// Offsets rounded up to an alignment (any positive value), overflow-checked.
-inline std::size_t align_up(std::size_t value, std::size_t alignment) {
-  if (alignment <= 1) return value;
-  std::size_t rem = value % alignment;
-  if (rem == 0) return value;
-  std::size_t r;
-  if (__builtin_add_overflow(value, alignment - rem, &r)) throw_offset_overflow();
-  return r;
+/// `value` rounded up to a multiple of b.alignment; false when that overflows 64 bits.
+inline bool try_align_up(std::size_t value, const Buffer& b, std::size_t& out) {
+  if (b.alignment <= 1 || value % b.alignment == 0) {
+    out = value;
+    return true;
+  }
+  return !__builtin_add_overflow(value, b.alignment - value % b.alignment, &out);
+}
+
+/// As try_align_up, but throws (throw_offset_overflow) on overflow.
+inline std::size_t align_up(std::size_t value, const Buffer& b) {
+  std::size_t out;
+  if (!try_align_up(value, b, out)) throw_offset_overflow(b);
+  return out;
 }
 
 }  // namespace modelmem::plan::detail

@@ -247,3 +247,20 @@ TEST(Heuristics, TimeTreeIsChosenForShortLifetimesOnly) {
   dense.max_lifetime = 100000;
   EXPECT_FALSE(detail::prefer_time_tree(random_problem(dense, 1)));
 }
+
+TEST(Heuristics, OffsetsBeyond64BitsAreReportedNotWrapped) {
+  // Each buffer must start at a multiple of 2^62 and all three overlap: the third would need
+  // offset 2^63 + 2^62 + ..., beyond the address space once the fourth comes.
+  Problem p;
+  const std::size_t big = std::size_t{1} << 62;
+  for (int i = 0; i < 5; ++i) p.buffers.push_back({"b" + std::to_string(i), 8, 0, 10, big});
+  for (const auto& h : kHeuristics) {
+    try {
+      make_solver(h)->solve(p);
+      FAIL() << h << ": no exception";
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("would overflow 64 bits"), std::string::npos)
+          << h << ": " << e.what();
+    }
+  }
+}
