@@ -1,0 +1,91 @@
+// `modelmem config` as a user runs it: exit codes, the printed stack, the fallback line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliResult run_config(const std::string& args) {
+  const std::string bin = std::string(MODELMEM_BINARY_DIR) + "/modelmem";
+  CliResult r;
+  std::string cmd = bin + " config " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class ConfigCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(MODELMEM_BINARY_DIR) + "/modelmem"))
+      GTEST_SKIP() << "the modelmem tool is not built";
+  }
+};
+
+TEST_F(ConfigCli, PrintsTheStackProbeAndFallback) {
+  CliResult r =
+      run_config("device:limited,device_capacity_mb:1024,expandable_segments:True,model_type:cnn");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("  * model_type                     cnn"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    safety_factor                  1.2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("probe:     limited:0: virtual memory not supported (no virtual memory)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("fallback:  modelmem: expandable_segments is not supported on limited:0 "
+                       "(no virtual memory); falling back to a static pool of 614 MiB"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("allocator: static: one pool of 614.00 MiB on limited:0"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(ConfigCli, BadStringsExitWithCode2) {
+  CliResult r = run_config("expandable_segments:True,max_split_size_mb:64");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("max_split_size_mb: conflicts with expandable_segments:True"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(run_config("nonsense:1").code, 2);
+  CliResult e = run_config("device:limited,expandable_segments:True,fallback:error");
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("fallback:error forbids"), std::string::npos) << e.out;
+}
+
+TEST_F(ConfigCli, DefaultsToTheEnvironmentAndListsKeys) {
+  CliResult r = run_config("");  // no STRING: MODELMEM_ALLOC_CONF, unset here
+  if (std::getenv("MODELMEM_ALLOC_CONF") == nullptr) {
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("(from defaults (MODELMEM_ALLOC_CONF is not set))"), std::string::npos)
+        << r.out;
+  }
+  CliResult keys = run_config("--keys");
+  EXPECT_EQ(keys.code, 0);
+  EXPECT_NE(keys.out.find("| `roundup_power2_divisions` | `0` |"), std::string::npos) << keys.out;
+}
+
+TEST_F(ConfigCli, EnvironmentString) {
+  setenv("MODELMEM_ALLOC_CONF", "strategy:static,static_pool_mb:2", 1);
+  CliResult r = run_config("");
+  unsetenv("MODELMEM_ALLOC_CONF");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(from MODELMEM_ALLOC_CONF)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("static_pool                    2 MiB (static_pool_mb:2)"),
+            std::string::npos)
+      << r.out;
+}
+
+}  // namespace
