@@ -77,7 +77,8 @@ struct Built {
 
 /// Builds the stack. Prints the fallback warning once per process on stderr (each distinct
 /// warning once) and records it in the allocator's Stats::warnings. Throws Unsupported when
-/// the probe fails and fallback:error is set, InvalidInput for sizes that do not fit the device.
+/// the probe fails and fallback:error is set, InvalidInput for a pool larger than the device (or
+/// its per_process_memory_fraction), OutOfMemory when the device has not that much free.
 Built build(const Config& config);
 /// parse_config(getenv("MODELMEM_ALLOC_CONF") or "") then build.
 Built build_from_env();
