@@ -86,6 +86,7 @@ json to_json(const MachineView& v) {
                             {"why", s.why},
                             {"removed", s.removed}});
   }
+  out["device_notes"] = v.device_notes;
   out["notes"] = v.notes;
   return out;
 }

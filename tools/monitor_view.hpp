@@ -22,7 +22,8 @@ struct MachineView {
   std::optional<monitor::HostMemory> host;
   std::vector<monitor::DeviceMemory> devices;
   monitor::Scan scan;
-  std::vector<std::string> notes;  ///< skipped segments, device query problems
+  std::vector<std::string> device_notes;  ///< why a device backend could not answer
+  std::vector<std::string> notes;         ///< skipped segments, failed removals
 };
 
 inline MachineView look(const monitor::ScanOptions& options, bool devices) {
@@ -32,7 +33,7 @@ inline MachineView look(const monitor::ScanOptions& options, bool devices) {
 #ifdef MODELMEM_HAVE_CUDA
     device::register_cuda_memory_query();
 #endif
-    v.devices = monitor::query_device_memory(v.notes);
+    v.devices = monitor::query_device_memory(v.device_notes);
   }
   v.scan = monitor::scan(options);
   v.notes.insert(v.notes.end(), v.scan.notes.begin(), v.scan.notes.end());
@@ -74,6 +75,7 @@ inline std::vector<std::string> device_lines(const MachineView& v) {
                     short_bytes(d.free), short_bytes(d.used), d.model);
     out.push_back(line);
   }
+  for (const auto& n : v.device_notes) out.push_back(n);
   return out;
 }
 

@@ -660,5 +660,73 @@ TEST(Info, RejectsBadArguments) {
   EXPECT_EQ(run_cli("info -p -3").status, 2);
 }
 
+// ---- `modelmem top`, driven in tmux like a user would ----
+
+std::string sh(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+TEST(Top, ShowsTheChildsPoolsIn80x24AndQuitsOnQ) {
+  if (std::system("command -v tmux >/dev/null 2>&1") != 0) GTEST_SKIP() << "tmux is not installed";
+  Child c = start_child(/*churn=*/true);
+  // A private tmux server, so the test never touches a user's sessions.
+  std::string tmux = "tmux -L modelmem-test-" + std::to_string(getpid());
+  std::string cmd =
+      tmux + " new-session -d -s top -x 80 -y 24 '" + MODELMEM_CLI + " top -d 0.2 -s rate'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string screen;
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    screen = sh(tmux + " capture-pane -p -t top");
+    seen = screen.find("resnet") != std::string::npos && screen.find("bert") != std::string::npos &&
+           screen.find(std::to_string(c.pid)) != std::string::npos;
+  }
+  EXPECT_TRUE(seen) << screen;
+  // Every line fits 80 columns; the header and the sort field are shown; rates are counted
+  // for the churning pool (sorted first by rate).
+  std::size_t lines = 0, start = 0;
+  while (start < screen.size()) {
+    std::size_t end = screen.find('\n', start);
+    if (end == std::string::npos) end = screen.size();
+    EXPECT_LE(end - start, 80u) << screen.substr(start, end - start);
+    start = end + 1;
+    ++lines;
+  }
+  EXPECT_LE(lines, 24u);
+  EXPECT_NE(screen.find("sort:rate"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("ALLOC/S"), std::string::npos) << screen;
+  EXPECT_LT(screen.find("resnet"), screen.find("bert")) << screen;
+
+  std::system((tmux + " send-keys -t top q").c_str());
+  bool ended = false;
+  for (int i = 0; i < 60 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ended = std::system((tmux + " has-session -t top 2>/dev/null").c_str()) != 0;
+  }
+  EXPECT_TRUE(ended) << "top did not quit on q";
+  if (!ended) std::system((tmux + " kill-server").c_str());
+  stop_child(c);
+}
+
+TEST(Top, BatchModePrintsFramesAndRejectsBadFields) {
+  Child c = start_child();
+  CliRun r = run_cli("top -n 2 -d 0.1 -s peak");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("sort:peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bert"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "escapes written to a pipe";
+  EXPECT_EQ(run_cli("top -s nonsense -n 1").status, 2);
+  EXPECT_EQ(run_cli("top -d 0 -n 1").status, 2);
+  stop_child(c);
+}
+
 }  // namespace
 }  // namespace modelmem::monitor
