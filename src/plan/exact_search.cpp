@@ -517,8 +517,9 @@ Outcome ComponentSearch::decide(std::size_t capacity, SearchBudget& budget,
   for (int b = 0; b < n_; ++b)
     for (int s = lo_[b]; s < hi_[b]; ++s) remaining_[s] += size_[b];
 
-  // Restarts on a Luby schedule of node counts; the last word is always a complete search
-  // (the memory of failed states carries over, so restarts cost little).
+  // Restarts on a Luby schedule of node counts. The lengths grow without bound, so the search
+  // stays complete: a run that ends before its limit has explored everything. The memory of
+  // failed states carries over, so restarts cost little.
   bool ok = false;
   for (int restart = 0;; ++restart) {
     set_branching_order(restart);
