@@ -40,7 +40,8 @@ std::uint64_t floor_mix(int section, std::size_t level) {
   return splitmix(splitmix(static_cast<std::uint64_t>(section) + 0x51ed27) ^ level);
 }
 
-constexpr std::size_t kMaxRemembered = std::size_t{1} << 21;
+constexpr int kMaxOverlapBuffers = 2000;
+constexpr std::size_t kMaxRemembered = std::size_t{1} << 20;  // about 64 MiB at most
 // Restart r uses branching variant r % 16 (tight-section rules and the order of the buffers
 // covering a tight section) with buffer order (r / 16) % 4.
 constexpr int kVariantOrder = 16;
@@ -126,10 +127,13 @@ ComponentSearch::ComponentSearch(const Problem& problem, std::vector<std::size_t
   floor_.assign(sections_, 0);
   effective_.assign(sections_, 0);
   candidate_.assign(n_, 0);
+  // The lists of time-overlapping buffers take up to n^2 entries: kept for parts of moderate
+  // size only (an inference, not needed for correctness).
   overlaps_.assign(n_, {});
-  for (int b = 0; b < n_; ++b)
-    for (int x = 0; x < n_; ++x)
-      if (x != b && lo_[x] < hi_[b] && lo_[b] < hi_[x]) overlaps_[b].push_back(x);
+  if (n_ <= kMaxOverlapBuffers)
+    for (int b = 0; b < n_; ++b)
+      for (int x = 0; x < n_; ++x)
+        if (x != b && lo_[x] < hi_[b] && lo_[b] < hi_[x]) overlaps_[b].push_back(x);
   offset_.assign(n_, 0);
   placed_.assign(n_, 0);
 }
