@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory_resource>
@@ -44,6 +45,7 @@ struct Block {
   bool allocated = false;
   bool mapped = true;
   bool pending = false;
+  bool small_request = false;  // which pool's statistics it counts in while in use
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
   bool in_pool() const noexcept { return !allocated && !pending && mapped; }
@@ -77,6 +79,7 @@ struct Segment {
 };
 
 constexpr std::size_t kNoLimit = std::numeric_limits<std::size_t>::max();
+constexpr int kFirstFitScan = 64;
 
 bool is_pow2(std::size_t v) {
   return v != 0 && (v & (v - 1)) == 0;
@@ -207,6 +210,14 @@ struct CachingAllocator::Impl {
     auto it = pool.lower_bound(&key);
     if (it == pool.end() || (*it)->stream != stream) return nullptr;
     Block* b = *it;
+    if (b->segment->expandable) {
+      // Lowest address among the blocks that fit (bounded scan): keeps the live set packed at
+      // the bottom of the range, so whole pages at the top come free for recycling.
+      int budget = kFirstFitScan;
+      for (auto j = std::next(it); j != pool.end() && (*j)->stream == stream && budget > 0;
+           ++j, --budget)
+        if ((*j)->addr < b->addr) b = *j;
+    }
     if (options_.max_split_size != kNoLimit && !b->segment->expandable) {
       // Never hand an oversize block (one that is not split) to a small request, and do not
       // waste a much larger oversize block on an oversize request.
@@ -280,7 +291,7 @@ struct CachingAllocator::Impl {
 
   // A block comes back for good (freed with no other stream pending, or synchronized).
   void return_block(Block* b) {
-    const bool small = b->segment->small;
+    const bool small = b->small_request;
     count(stats_.active_bytes, small, -static_cast<std::int64_t>(b->size));
     count(stats_.active, small, -1);
     b->allocated = false;
@@ -427,6 +438,7 @@ struct CachingAllocator::Impl {
       } else {
         continue;
       }
+      if (options_.expandable_recycle) recycle_pages(map_bytes, p, n);
       if (!map_range(s, u->addr, map_bytes)) return nullptr;
       s->unmapped.erase(u);
       if (map_bytes < u->size) {
@@ -494,6 +506,25 @@ struct CachingAllocator::Impl {
     mid->mapped = false;
     file_unmapped(mid);
     return hi - lo;
+  }
+
+  // Growth recycles instead of adding: before `bytes` are mapped, whole free pages cached
+  // elsewhere (any expandable range, oldest first) are unmapped, up to `bytes`. `keep1` and
+  // `keep2` are the free neighbours the new mapping is about to merge with.
+  void recycle_pages(std::size_t bytes, const Block* keep1, const Block* keep2) {
+    std::vector<Block*> blocks;
+    for (FreeSet* pool : {&small_, &large_})
+      for (Block* b : *pool)
+        if (b != keep1 && b != keep2 && b->segment->expandable && releasable(b))
+          blocks.push_back(b);
+    if (blocks.empty()) return;
+    std::sort(blocks.begin(), blocks.end(),
+              [](const Block* a, const Block* b) { return a->free_tick < b->free_tick; });
+    std::size_t freed = 0;
+    for (Block* b : blocks) {
+      if (freed >= bytes) break;
+      freed += unmap_free_block(b);
+    }
   }
 
   // ---------------------------------------------------------------- releasing the cache
@@ -586,20 +617,24 @@ struct CachingAllocator::Impl {
     std::lock_guard lock(mu_);
     const std::size_t rounded = round_size(size);
     const bool small = rounded <= options_.small_size;
-    Block* b = find_free(small, stream, rounded);
+    // With one expandable range per stream, both size classes are served from the large pool's
+    // range (and free lists); their allocation statistics still say which class they are.
+    const bool pool = small && (!options_.expandable_segments || options_.expandable_split_pools);
+    Block* b = find_free(pool, stream, rounded);
     if (b == nullptr) {
       garbage_collect();
-      b = get_new(small, stream, rounded);
+      b = get_new(pool, stream, rounded);
       if (b == nullptr) {
         // The out-of-memory ladder: give back everything cached, then try once more.
         release_all_cached();
         ++stats_.num_alloc_retries;
-        b = get_new(small, stream, rounded);
+        b = get_new(pool, stream, rounded);
         if (b == nullptr) throw_oom(size, stream);
       }
     }
     split(b, rounded);
     b->allocated = true;
+    b->small_request = small;
     b->requested = size;
     active_.emplace(b->addr, b);
     const auto bytes = static_cast<std::int64_t>(b->size);
@@ -628,7 +663,7 @@ struct CachingAllocator::Impl {
     std::lock_guard lock(mu_);
     Block* b = lookup(ptr, "deallocate");
     active_.erase(b->addr);
-    const bool small = b->segment->small;
+    const bool small = b->small_request;
     count(stats_.allocated_bytes, small, -static_cast<std::int64_t>(b->size));
     count(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested));
     count(stats_.allocation, small, -1);

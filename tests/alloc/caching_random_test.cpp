@@ -67,6 +67,7 @@ struct Param {
   std::size_t capacity;  // 0 = unlimited host
   std::size_t max_split;
   unsigned divisions;
+  bool pytorch_layout = false;  // expandable: split pools, no recycling
 };
 
 class CachingRandom : public ::testing::TestWithParam<Param> {};
@@ -77,6 +78,8 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
   if (prm.capacity != 0) dev = device::make_limited_device(dev, prm.capacity, prm.expandable);
   CachingOptions o;
   o.expandable_segments = prm.expandable;
+  o.expandable_split_pools = prm.pytorch_layout;
+  o.expandable_recycle = !prm.pytorch_layout;
   if (prm.max_split != 0) o.max_split_size = prm.max_split;
   if (prm.divisions != 0) o.roundup_power2_divisions = {{0, prm.divisions}};
   CachingAllocator a(dev, o);
@@ -170,8 +173,9 @@ INSTANTIATE_TEST_SUITE_P(Caching, CachingRandom,
                                            Param{"fixed_pow2", false, false, 0, 0, 4},
                                            Param{"expandable", true, false, 0, 0, 0},
                                            Param{"expandable_2mib_pages", true, true, 0, 0, 0},
-                                           Param{"expandable_limited", true, true, 96 * kMiB, 0,
-                                                 0}),
+                                           Param{"expandable_limited", true, true, 96 * kMiB, 0, 0},
+                                           Param{"expandable_pytorch_layout", true, true, 0, 0, 0,
+                                                 true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -42,7 +42,9 @@ TEST(Expandable, UnsupportedWithoutVirtualMemory) {
 }
 
 TEST(Expandable, MapsPagesOnDemandContiguously) {
-  CachingAllocator a(huge_host(), expandable());
+  CachingOptions o = expandable();
+  o.expandable_split_pools = true;  // PyTorch's layout: one range per (stream, pool)
+  CachingAllocator a(huge_host(), o);
   auto* p = static_cast<char*>(a.allocate(3 * kMiB));
   Stats s = a.stats();
   EXPECT_EQ(s.reserved_bytes.large.current, static_cast<std::int64_t>(4 * kMiB)) << "2 pages";
@@ -64,6 +66,42 @@ TEST(Expandable, MapsPagesOnDemandContiguously) {
   a.trim();
   EXPECT_EQ(a.stats().reserved_bytes.all.current, 0);
   EXPECT_GE(a.stats().num_device_free, 2);
+}
+
+TEST(Expandable, OneRangePerStreamServesBothSizeClasses) {
+  CachingAllocator a(huge_host(), expandable());
+  auto* big = static_cast<char*>(a.allocate(3 * kMiB));
+  auto* small = static_cast<char*>(a.allocate(64 * kKiB));
+  EXPECT_EQ(small, big + 3 * kMiB) << "the small block shares the page after the large one";
+  Stats s = a.stats();
+  EXPECT_EQ(s.segment.all.current, 1);
+  EXPECT_EQ(s.reserved_bytes.all.current, static_cast<std::int64_t>(4 * kMiB));
+  EXPECT_EQ(s.allocated_bytes.small.current, static_cast<std::int64_t>(64 * kKiB));
+  EXPECT_EQ(s.allocated_bytes.large.current, static_cast<std::int64_t>(3 * kMiB));
+  a.deallocate(small);
+  a.deallocate(big);
+  s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.small.current, 0);
+  EXPECT_EQ(s.active_bytes.all.current, 0);
+}
+
+TEST(Expandable, GrowthRecyclesFreePagesFirst) {
+  CachingAllocator a(huge_host(), expandable());
+  void* p = a.allocate(8 * kMiB, 1);
+  a.deallocate(p);  // 8 MiB mapped and free on stream 1
+  void* q = a.allocate(6 * kMiB, 2);
+  Stats s = a.stats();
+  EXPECT_EQ(s.reserved_bytes.all.peak, static_cast<std::int64_t>(8 * kMiB))
+      << "stream 2's pages came from stream 1's cache, not on top of it";
+  EXPECT_EQ(s.reserved_bytes.all.current, static_cast<std::int64_t>(6 * kMiB));
+  EXPECT_EQ(s.num_alloc_retries, 0);
+  a.deallocate(q);
+  CachingOptions pytorch = expandable();
+  pytorch.expandable_recycle = false;
+  CachingAllocator b(huge_host(), pytorch);
+  b.deallocate(b.allocate(8 * kMiB, 1));
+  b.deallocate(b.allocate(6 * kMiB, 2));
+  EXPECT_EQ(b.stats().reserved_bytes.all.peak, static_cast<std::int64_t>(14 * kMiB));
 }
 
 TEST(Expandable, TrimUnmapsOnlyWholeFreePages) {
@@ -112,7 +150,9 @@ TEST(Expandable, PartialMapIsRolledBack) {
 
 TEST(Expandable, OomLadderUnmapsOtherStreamsFreePages) {
   auto dev = device::make_limited_device(huge_host(), 16 * kMiB, true);
-  CachingAllocator a(dev, expandable());
+  CachingOptions o = expandable();
+  o.expandable_recycle = false;  // else growth recycles before the device runs out
+  CachingAllocator a(dev, o);
   void* p = a.allocate(12 * kMiB, 1);
   a.deallocate(p);  // 12 MiB mapped and free on stream 1
   void* q = a.allocate(10 * kMiB, 2);

@@ -41,6 +41,17 @@ struct CachingOptions {
   /// to the device granularity), so that a large request maps piece by piece and a failure
   /// half-way is rolled back by the pool, as with one physical handle per page on CUDA.
   std::size_t expandable_map_chunk = 2u << 20;
+  /// With expandable segments, before mapping new pages, unmap as many whole free pages cached
+  /// elsewhere (oldest first), so growth recycles physical memory instead of adding to it:
+  /// peak reserved stays close to peak live, at the price of unmap/map calls while the working
+  /// set changes shape (none once a repeating workload has settled). Off = PyTorch's behaviour.
+  bool expandable_recycle = true;
+  /// With expandable segments: true = one range per (stream, pool) as PyTorch does; false =
+  /// one range per stream serving both size classes (small blocks then pin single pages, not
+  /// segments, so sharing the range costs little and lets pages move between size classes).
+  /// Either way, allocation statistics keep the small / large split by request size; reserved
+  /// and segment counts follow the range (the large pool's when shared).
+  bool expandable_split_pools = false;
 };
 
 /// Thread-safe (one mutex). Alignment of returned blocks: round_bytes (512 by default).
