@@ -572,11 +572,11 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
       std::vector<Cause> causes = {
           {r.fragmented,
            fmt::format("fragmentation: {} free between live blocks of shared segments (largest "
-                       "free piece {})",
-                       format_bytes(r.fragmented), format_bytes(r.largest_free_gap)),
-           {"expandable_segments:True",
-            fmt::format("max_split_size_mb:{}",
-                        std::max<std::size_t>(1, ceil_mib(r.largest_free_gap)))}},
+                       "free piece {}; without expandable segments, max_split_size_mb:{} stops "
+                       "splitting larger blocks)",
+                       format_bytes(r.fragmented), format_bytes(r.largest_free_gap),
+                       std::max<std::size_t>(21, ceil_mib(r.largest_free_gap))),
+           {"expandable_segments:True"}},
           {r.oversize,
            fmt::format("oversize blocks: {} unused in segments holding one much smaller block",
                        format_bytes(r.oversize)),

@@ -1,0 +1,66 @@
+// `modelmem replay`: runs a trace's allocations and frees, in order, through an allocator,
+// touching the memory it hands out, and measures what that strategy would have cost: peak
+// reserved and live bytes, fragmentation at the peak, device calls, time per alloc+free, OOMs.
+// Threads of the trace are replayed on the calling thread in file order. Step marks are passed
+// on (begin_step / end_step), so strategies that learn from steps see them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modelmem/allocator.hpp"
+#include "modelmem/trace/trace.hpp"
+
+namespace modelmem::trace {
+
+struct ReplayOptions {
+  /// Write one byte per 4 KiB page of every block (as a program would use it); not timed.
+  bool touch = true;
+  /// Replays of the whole trace (blocks the trace never frees are freed between replays).
+  std::size_t repeat = 1;
+};
+
+struct ReplayResult {
+  std::string strategy;
+  std::string description;  ///< the allocator's describe()
+  std::size_t allocs = 0;
+  std::size_t frees = 0;
+  std::size_t peak_live = 0;         ///< requested bytes live, as replayed
+  std::size_t peak_allocated = 0;    ///< allocator's allocated_bytes peak (after its rounding)
+  std::size_t peak_reserved = 0;     ///< allocator's reserved_bytes peak
+  double fragmentation_at_peak = 0;  ///< Stats::fragmentation() when live bytes peaked
+  std::int64_t device_calls = 0;     ///< device allocations + frees (maps + unmaps)
+  double mean_ns = 0;                ///< per block: its allocate + deallocate, mean
+  double p99_ns = 0;                 ///< per block: 99th percentile
+  std::size_t ooms = 0;
+  std::size_t skipped_frees = 0;  ///< frees of blocks the trace never allocated or that failed
+  std::vector<std::string> notes;
+  double reserved_per_live() const {
+    return peak_live == 0 ? 0.0
+                          : static_cast<double>(peak_reserved) / static_cast<double>(peak_live);
+  }
+};
+
+ReplayResult replay(const Trace& trace, alloc::Allocator& allocator,
+                    const ReplayOptions& options = {});
+
+/// What a replay strategy may use to size itself.
+struct StrategyContext {
+  const Trace& trace;
+  std::size_t static_pool_bytes = 0;  ///< analyze's static-pool recommendation for the trace
+  bool has_marks = false;
+};
+
+/// A strategy `modelmem replay` knows by name. Adding one is one entry in replay_strategies().
+struct ReplayStrategy {
+  std::string name;
+  std::string help;
+  std::function<std::shared_ptr<alloc::Allocator>(const StrategyContext&)> make;
+};
+const std::vector<ReplayStrategy>& replay_strategies();
+
+}  // namespace modelmem::trace

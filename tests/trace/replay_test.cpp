@@ -1,0 +1,132 @@
+#include "modelmem/trace/replay.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "modelmem/error.hpp"
+#include "modelmem/trace/analysis.hpp"
+#include "synthetic.hpp"
+
+namespace modelmem::trace {
+namespace {
+
+using testing::add_step;
+using testing::TraceBuilder;
+
+// A heap allocator with a hard limit, so a test can see OOMs and steps.
+class LimitedHeap : public alloc::Allocator {
+ public:
+  explicit LimitedHeap(std::size_t limit) : limit_(limit) {}
+  ~LimitedHeap() override {
+    for (auto& [p, size] : live_) std::free(p);
+  }
+  void* allocate(std::size_t size, alloc::Stream) override {
+    if (used_ + size > limit_)
+      throw OutOfMemory(OomInfo{size, limit_ - used_, limit_, used_, 0, {}, "test"});
+    void* p = std::malloc(size);
+    live_[p] = size;
+    used_ += size;
+    stats_.allocated_bytes.all.add(static_cast<std::int64_t>(size));
+    stats_.reserved_bytes.all.add(static_cast<std::int64_t>(size));
+    return p;
+  }
+  void deallocate(void* p) override {
+    auto it = live_.find(p);
+    if (it == live_.end()) throw InvalidInput("not mine");
+    used_ -= it->second;
+    stats_.allocated_bytes.all.sub(static_cast<std::int64_t>(it->second));
+    stats_.reserved_bytes.all.sub(static_cast<std::int64_t>(it->second));
+    std::free(p);
+    live_.erase(it);
+  }
+  alloc::Stats stats() const override { return stats_; }
+  void reset_peak() override {}
+  std::string describe() const override { return "limited heap"; }
+  void begin_step() override { ++steps_; }
+  std::size_t steps_ = 0;
+
+ private:
+  std::size_t limit_;
+  std::size_t used_ = 0;
+  std::unordered_map<void*, std::size_t> live_;
+  alloc::Stats stats_;
+};
+
+TEST(Replay, PeakLiveEqualsTheTracesOwn) {
+  TraceBuilder b("steps");
+  auto weights = b.alloc(10 << 20);
+  for (std::size_t scale : {1, 2, 1, 4}) add_step(b, scale, true);
+  b.free(weights, 10 << 20);
+  b.free(0x1234, 64);  // unknown: skipped
+  Analysis a = analyze(b.trace());
+  LimitedHeap heap(1ull << 40);
+  ReplayResult r = replay(b.trace(), heap);
+  EXPECT_EQ(r.peak_live, a.peak_live);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.allocs, a.allocs);
+  EXPECT_EQ(r.frees, a.frees - 1);
+  EXPECT_EQ(r.skipped_frees, 1u);
+  EXPECT_EQ(heap.steps_, 4u);
+  EXPECT_GT(r.mean_ns, 0.0);
+  EXPECT_GE(r.p99_ns, 0.0);
+  ASSERT_EQ(r.notes.size(), 1u);
+}
+
+TEST(Replay, OomsAreCountedAndTheirFreesSkipped) {
+  TraceBuilder b("oom");
+  auto x = b.alloc(1 << 20);
+  auto y = b.alloc(1 << 20);  // over the limit
+  b.free(y);
+  b.free(x);
+  LimitedHeap heap(1536 << 10);
+  ReplayResult r = replay(b.trace(), heap);
+  EXPECT_EQ(r.ooms, 1u);
+  EXPECT_EQ(r.allocs, 1u);
+  EXPECT_EQ(r.peak_live, 1u << 20);
+  EXPECT_FALSE(r.notes.empty());
+}
+
+TEST(Replay, EveryStrategyMatchesTheTracesPeakLive) {
+  auto path =
+      std::filesystem::path(MODELMEM_SHARED_DATA) / "traces" / "torch_bert_varlen.events.csv";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  Trace t = read_trace(path);
+  Analysis a = analyze(t);
+  StrategyContext context{t, a.best_fit_pool + a.best_fit_pool / 10, a.marks > 0};
+  ASSERT_FALSE(replay_strategies().empty());
+  for (const ReplayStrategy& s : replay_strategies()) {
+    SCOPED_TRACE(s.name);
+    auto allocator = s.make(context);
+    ReplayOptions options;
+    options.touch = false;
+    ReplayResult r = replay(t, *allocator, options);
+    EXPECT_EQ(r.peak_live, a.peak_live);
+    EXPECT_EQ(r.ooms, 0u);
+    EXPECT_GE(r.peak_reserved, r.peak_live);
+    EXPECT_GE(r.fragmentation_at_peak, 0.0);
+    EXPECT_LE(r.fragmentation_at_peak, 1.0);
+    EXPECT_EQ(r.allocs, a.allocs);
+  }
+}
+
+TEST(Replay, RepeatReplaysTheWholeTrace) {
+  TraceBuilder b("repeat");
+  b.alloc(4096);  // never freed: freed between replays
+  auto x = b.alloc(8192);
+  b.free(x);
+  LimitedHeap heap(1 << 20);
+  ReplayOptions options;
+  options.repeat = 3;
+  ReplayResult r = replay(b.trace(), heap, options);
+  EXPECT_EQ(r.allocs, 6u);
+  EXPECT_EQ(r.peak_live, 4096u + 8192u);
+  EXPECT_EQ(heap.stats().allocated_bytes.all.current, 0);
+}
+
+}  // namespace
+}  // namespace modelmem::trace
