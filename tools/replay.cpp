@@ -17,6 +17,7 @@ struct ReplayArgs {
   std::string trace;
   std::string strategy = "all";
   std::size_t repeat = 1;
+  std::string config;
   bool no_touch = false;
   bool json = false;
 };
@@ -33,6 +34,9 @@ void setup(CLI::App& app, int& exit_code) {
       app.add_subcommand("replay", "Replay a trace through allocation strategies and compare them");
   cmd->add_option("trace", args->trace, "trace CSV")->required();
   cmd->add_option("--strategy", args->strategy, "one of: " + names + ", or all");
+  cmd->add_option("--config", args->config,
+                  "also replay the allocator this config string builds (MODELMEM_ALLOC_CONF "
+                  "syntax), as strategy 'config'");
   cmd->add_option("--repeat", args->repeat, "replays of the whole trace per strategy")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-touch", args->no_touch, "do not write to the memory handed out");
@@ -43,6 +47,14 @@ void setup(CLI::App& app, int& exit_code) {
     std::vector<const trace::ReplayStrategy*> chosen;
     for (const auto& s : trace::replay_strategies())
       if (args->strategy == "all" || args->strategy == s.name) chosen.push_back(&s);
+    trace::ReplayStrategy from_config{"config", args->config,
+                                      [args](const trace::StrategyContext&) {
+                                        return trace::allocator_from_config(args->config);
+                                      }};
+    if (!args->config.empty()) {
+      trace::allocator_from_config(args->config);  // a bad string fails before any replay
+      if (args->strategy == "all" || args->strategy == "config") chosen.push_back(&from_config);
+    }
     if (chosen.empty()) {
       std::string known;
       for (const auto& s : trace::replay_strategies())

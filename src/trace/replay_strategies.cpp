@@ -1,8 +1,13 @@
 // The strategies `modelmem replay` knows: one entry each.
 #include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/config.hpp"
 #include "modelmem/alloc/planned.hpp"
+#include "modelmem/alloc/static_arena.hpp"
+#include "modelmem/alloc/system.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/trace/replay.hpp"
+
+#include <algorithm>
 
 namespace modelmem::trace {
 
@@ -26,14 +31,26 @@ std::shared_ptr<alloc::Allocator> planned(const StrategyContext& context) {
 
 const std::vector<ReplayStrategy>& replay_strategies() {
   static const std::vector<ReplayStrategy> strategies = {
+      {"system", "C heap (aligned_alloc/free)",
+       [](const StrategyContext&) { return std::make_shared<alloc::SystemAllocator>(); }},
       {"caching", "caching pool, fixed segments (PyTorch defaults)",
        [](const StrategyContext&) { return caching(false); }},
       {"caching+expandable", "caching pool, expandable segments",
        [](const StrategyContext&) { return caching(true); }},
       {"planned", "profile-guided planned arena (steps from marks or the period), caching fallback",
        planned},
+      {"static", "static best-fit pool of analyze's recommended size (static_pool_mb)",
+       [](const StrategyContext& c) {
+         alloc::StaticOptions options;
+         options.budget = std::max<std::size_t>(c.static_pool_bytes, 4096);
+         return std::make_shared<alloc::StaticAllocator>(device::make_host_device(), options);
+       }},
   };
   return strategies;
+}
+
+std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config) {
+  return alloc::build(alloc::parse_config(config)).allocator;
 }
 
 }  // namespace modelmem::trace

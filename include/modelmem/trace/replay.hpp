@@ -63,4 +63,8 @@ struct ReplayStrategy {
 };
 const std::vector<ReplayStrategy>& replay_strategies();
 
+/// The allocator a config string builds (alloc::build), for `replay --config`. Throws
+/// InvalidInput naming the key for a bad string.
+std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config);
+
 }  // namespace modelmem::trace

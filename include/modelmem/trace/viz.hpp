@@ -1,0 +1,20 @@
+// `modelmem viz`: a self-contained HTML page (no network, data inline) showing memory over time
+// per pool and every block in address x time; zoom with the wheel, pan by dragging, hover for
+// size and times. Address gaps between distant regions are compressed so blocks stay visible.
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+
+#include "modelmem/trace/trace.hpp"
+
+namespace modelmem::trace {
+
+struct VizOptions {
+  /// Blocks drawn at most (the largest are kept when there are more); series are never cut.
+  std::size_t max_blocks = 200000;
+};
+
+void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& options = {});
+
+}  // namespace modelmem::trace
