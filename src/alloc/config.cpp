@@ -493,7 +493,7 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     s.source = "plan:" + path + ": arena " + format_bytes(plan.arena_bytes) + " + weights " +
                format_bytes(plan.weights_bytes) + " x " + trim_double(factor);
   } else {
-    if (c.get("device") == "host")
+    if (c.get("device") == "host" && dev.name().rfind("host", 0) == 0)
       throw InvalidInput(
           "config: a static pool on device:host needs static_pool_mb, plan or model_type (the "
           "host's whole memory is no sensible default)");
@@ -532,6 +532,10 @@ std::shared_ptr<Allocator> make_static(const device::DevicePtr& dev, const Stati
 }  // namespace
 
 Built build(const Config& c) {
+  return build(c, nullptr);
+}
+
+Built build(const Config& c, device::DevicePtr base) {
   Built b;
   const std::string strategy = c.get("strategy");
   auto setting = [&](const std::string& key, const std::string& value) {
@@ -540,6 +544,7 @@ Built build(const Config& c) {
   setting("strategy", strategy);
 
   if (strategy == "system") {
+    if (base) bad("strategy", "system (the C heap) cannot run on " + base->name());
     b.allocator = std::make_shared<SystemAllocator>();
     setting("device", "none (the C heap)");
     b.probe = "not run (strategy:system)";
@@ -549,13 +554,18 @@ Built build(const Config& c) {
   device::HostOptions host;
   host.huge_pages = c.get_bool("huge_pages");
   host.prefault = c.get_bool("prefault");
-  b.device = device::make_host_device(host);
+  if (base) {
+    for (const char* k : {"huge_pages", "prefault"})
+      if (c.has(k)) bad(k, "applies only to host memory (the device is " + base->name() + ")");
+  }
+  const std::string under = base ? base->name() : std::string("host memory");
+  b.device = base ? base : device::make_host_device(host);
   if (c.get("device") == "limited") {
     b.device = device::make_limited_device(b.device, c.get_size_mb("device_capacity_mb"),
                                            c.get_bool("device_vmm"), 0);
     setting("device", b.device->name() + " (capacity " + c.get("device_capacity_mb") +
                           " MiB, virtual memory " + (c.get_bool("device_vmm") ? "on" : "off") +
-                          ", on host memory)");
+                          ", on " + under + ")");
   } else {
     setting("device", b.device->name());
   }

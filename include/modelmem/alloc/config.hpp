@@ -80,6 +80,10 @@ struct Built {
 /// the probe fails and fallback:error is set, InvalidInput for a pool larger than the device (or
 /// its per_process_memory_fraction), OutOfMemory when the device has not that much free.
 Built build(const Config& config);
+/// As build(config), on `base` instead of host memory (the CUDA library passes the GPU):
+/// device:limited then wraps `base`; huge_pages and prefault, host-only, are refused.
+/// nullptr = host memory.
+Built build(const Config& config, device::DevicePtr base);
 /// parse_config(getenv("MODELMEM_ALLOC_CONF") or "") then build.
 Built build_from_env();
 
