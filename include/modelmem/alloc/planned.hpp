@@ -55,8 +55,9 @@ struct PlannedOptions {
   /// Touch every page of the arena once when it is allocated (host memory only), so serving
   /// from it never faults.
   bool prefault = true;
-  /// Solver used for a step plan (a name of plan::make_solver) and its time budget.
-  std::string solver = "best-fit";
+  /// Solver used for a step plan (a name of plan::make_solver) and its time budget. "best"
+  /// returns the best heuristic plan when the exact search runs out of time.
+  std::string solver = "best";
   std::chrono::duration<double> solve_time_limit = std::chrono::milliseconds(500);
   /// Replaces the solver when set (tests, callers with their own planner). Must return a plan
   /// valid for the problem; an invalid plan is discarded.
