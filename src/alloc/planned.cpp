@@ -261,6 +261,10 @@ struct PlannedAllocator::Impl {
           period = 0;
           pstats.period = 0;
           plan_next_step = true;
+          // Detect from the new requests only: the old pattern would dominate the history.
+          history.clear();
+          live_at.clear();
+          since_detection = 0;
         } else {
           make_plan_from_log(true);
         }
@@ -320,11 +324,8 @@ struct PlannedAllocator::Impl {
   }
 
   Crossed auto_boundary(std::size_t rounded) {
-    if (period != 0) {
-      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0)
-        return boundary();
-      return {};
-    }
+    // The history is kept while a period is in use: when the pattern changes, the detection
+    // starts again from the recent requests rather than from nothing.
     if (history.size() >= options.history) {
       // Forget the older half at once: O(1) amortised per request.
       const auto half = static_cast<std::ptrdiff_t>(history.size() / 2);
@@ -333,6 +334,11 @@ struct PlannedAllocator::Impl {
     }
     history.push_back(rounded);
     live_at.push_back(big_live);
+    if (period != 0) {
+      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0)
+        return boundary();
+      return {};
+    }
     // Detection costs O(n * candidates): run it after a batch of new requests proportional to
     // what is remembered, so its cost per request stays constant.
     if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return {};
@@ -357,8 +363,6 @@ struct PlannedAllocator::Impl {
     // history[n-1] is the current request, numbered requests_seen.
     const std::uint64_t index_of_best = requests_seen - (n - 1 - best);
     phase_origin = index_of_best == requests_seen ? requests_seen : index_of_best + p;
-    history.clear();
-    live_at.clear();
     if (requests_seen == phase_origin) return boundary();
     return {};
   }

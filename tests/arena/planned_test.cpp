@@ -467,7 +467,12 @@ TEST(PlannedArena, AutomaticStepsSurviveAShapeChange) {
   auto s = a.planned_stats();
   EXPECT_EQ(s.period, allocs_in(steps[1])) << s.hits << " hits " << s.misses << " misses";
   EXPECT_GE(s.plans_made, 2u);
-  EXPECT_GE(s.hits, 2u * allocs_in(steps[1]) - 20);
+  // Re-learning takes about seven steps here: mismatching steps of the old period, 1024 new
+  // requests before the detection runs, the phase, one step to plan.
+  EXPECT_GE(s.hits, 4u * allocs_in(steps[1]))
+      << s.misses << " misses, " << s.plans_made << " plans, " << s.mismatched_steps
+      << " mismatched steps, " << s.steps << " steps, " << s.unplanned << " unplanned, "
+      << s.occupied;
   free_all(a, checker);
 }
 
