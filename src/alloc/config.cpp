@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "modelmem/alloc/plan_file.hpp"
+#include "modelmem/alloc/planned.hpp"
 #include "modelmem/alloc/static_arena.hpp"
 #include "modelmem/alloc/system.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
+#include "modelmem/solver.hpp"
 
 namespace modelmem::alloc {
 namespace {
@@ -66,9 +68,34 @@ std::string check_bool(const std::string& key, std::string_view v) {
 }
 
 std::string check_strategy(const std::string& key, std::string_view v) {
-  // Strategies that build() knows; the planned arena adds its name here and a case in build().
-  if (v == "static" || v == "caching" || v == "system") return std::string(v);
-  bad(key, "expected static, caching or system, got '" + std::string(v) + "'");
+  // Strategies that build() knows.
+  if (v == "static" || v == "caching" || v == "system" || v == "planned") return std::string(v);
+  bad(key, "expected static, caching, system or planned, got '" + std::string(v) + "'");
+}
+
+std::string check_count(const std::string& key, std::string_view v) {
+  std::size_t n = 0;
+  if (!parse_uint(v, n)) bad(key, "expected a whole number, got '" + std::string(v) + "'");
+  return std::to_string(n);
+}
+
+std::string check_positive(const std::string& key, std::string_view v) {
+  std::string n = check_count(key, v);
+  if (n == "0") bad(key, "must be > 0");
+  return n;
+}
+
+std::string check_steps(const std::string& key, std::string_view v) {
+  if (v == "auto" || v == "marked") return std::string(v);
+  bad(key, "expected auto or marked, got '" + std::string(v) + "'");
+}
+
+std::string check_solver(const std::string& key, std::string_view v) {
+  for (const auto& name : plan::solver_names())
+    if (v == name) return name;
+  std::string known;
+  for (const auto& name : plan::solver_names()) known += (known.empty() ? "" : ", ") + name;
+  bad(key, "unknown solver '" + std::string(v) + "' (known: " + known + ")");
 }
 
 std::string check_device(const std::string& key, std::string_view v) {
@@ -143,9 +170,10 @@ struct KeySpec {
 
 const std::vector<KeySpec>& key_table() {
   static const std::vector<KeySpec> table = {
-      {{"strategy", "caching", "static | caching | system",
+      {{"strategy", "caching", "static | caching | system | planned",
         "static: one pool taken up front, best fit inside it; caching: PyTorch's caching pool; "
-        "system: the C heap (baseline)"},
+        "system: the C heap (baseline); planned: learn one step, serve later steps from a "
+        "planned arena, the rest from a caching pool"},
        check_strategy},
       {{"device", "host", "host | limited",
         "host: memory from mmap; limited: host memory behind a capacity limit, with or without "
@@ -194,6 +222,32 @@ const std::vector<KeySpec>& key_table() {
       {{"prefault", "False", "True | False",
         "touch host pages when obtained, so a static pool costs no page faults later"},
        check_bool},
+      {{"planned_steps", "auto", "auto | marked",
+        "planned: steps found from the repeating pattern, or marked by begin_step/end_step"},
+       check_steps},
+      {{"planned_warmup_steps", "1", "whole number",
+        "planned: marked steps left to the fallback before the first plan"},
+       check_count},
+      {{"planned_mismatch_limit", "2", "whole number > 0",
+        "planned: consecutive mismatching steps before a re-plan"},
+       check_positive},
+      {{"planned_max_plans", "4", "whole number > 0",
+        "planned: plans kept (one per input shape), least recently used dropped"},
+       check_positive},
+      {{"planned_solver", "best", "solver name", "planned: solver of a step plan"}, check_solver},
+      {{"planned_solve_ms", "500", "whole number > 0",
+        "planned: time budget of one step plan (ms)"},
+       check_positive},
+      {{"planned_min_kb", "0", "whole number",
+        "planned: requests below this many KiB go to the fallback, outside every step"},
+       check_count},
+      {{"preload_threshold_kb", "64", "whole number > 0",
+        "LD_PRELOAD library: requests of at least this many KiB go to modelmem, the rest to "
+        "the C library"},
+       check_positive},
+      {{"preload_reserve_gb", "256", "whole number > 0",
+        "LD_PRELOAD library: address space reserved for modelmem's memory (GiB, no memory)"},
+       check_positive},
   };
   return table;
 }
@@ -276,6 +330,16 @@ void check_combinations(const Config& c) {
     for (const char* k :
          {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"})
       if (has(k)) bad(k, "applies only to strategy:caching (strategy is static)");
+  }
+  if (strategy != "planned")
+    for (const auto& k : key_table())
+      if (k.info.name.rfind("planned_", 0) == 0 && has(k.info.name.c_str()))
+        bad(k.info.name, "applies only to strategy:planned (strategy is " + strategy + ")");
+  if (strategy == "planned") {
+    // The fallback is a caching pool with fixed segments; its caching keys apply to it.
+    if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is planned)");
+    for (const char* k : {"fallback", "static_pool_mb", "plan", "model_type", "safety_factor"})
+      if (has(k)) bad(k, "has no effect with strategy:planned");
   }
   if (strategy == "caching") {
     if (has("fallback") && !expandable)
@@ -578,6 +642,26 @@ Built build(const Config& c, device::DevicePtr base) {
     setting("static_pool", mib_text(size.bytes) + " (" + size.source + ")");
     b.probe = "not run (strategy:static)";
     b.allocator = make_static(b.device, size);
+    return b;
+  }
+
+  if (strategy == "planned") {
+    PlannedOptions o;
+    o.device = b.device;
+    o.fallback = std::make_shared<CachingAllocator>(b.device, caching_options(c));
+    o.auto_steps = c.get("planned_steps") == "auto";
+    o.warmup_steps = c.get_size("planned_warmup_steps");
+    o.mismatch_limit = c.get_size("planned_mismatch_limit");
+    o.max_plans = c.get_size("planned_max_plans");
+    o.solver = c.get("planned_solver");
+    o.solve_time_limit = std::chrono::milliseconds(c.get_size("planned_solve_ms"));
+    o.min_size = checked_mul(c.get_size("planned_min_kb"), 1024, "planned_min_kb");
+    for (const char* k :
+         {"planned_steps", "planned_warmup_steps", "planned_mismatch_limit", "planned_max_plans",
+          "planned_solver", "planned_solve_ms", "planned_min_kb"})
+      setting(k, c.get(k));
+    b.probe = "not run (strategy:planned)";
+    b.allocator = std::make_shared<PlannedAllocator>(std::move(o));
     return b;
   }
 

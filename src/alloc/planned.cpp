@@ -349,7 +349,6 @@ struct PlannedAllocator::Impl {
     po.min_period = options.min_period;
     po.min_repeats = 2;
     po.min_match = 1.0;
-    po.min_coverage = 0.75;
     plan::Period found = plan::detect_period(std::span<const std::uint64_t>(history), po);
     if (!found.found || found.length == 0) return {};
     const std::size_t p = found.length;

@@ -100,7 +100,7 @@ TEST(ConfigParse, SyntaxErrors) {
 }
 
 TEST(ConfigParse, MalformedValuesNameTheKey) {
-  EXPECT_REJECTED("strategy:fast", "strategy: expected static, caching or system");
+  EXPECT_REJECTED("strategy:fast", "strategy: expected static, caching, system or planned");
   EXPECT_REJECTED("device:cuda", "device: expected host or limited");
   EXPECT_REJECTED("device:limited,device_capacity_mb:0", "device_capacity_mb: must be > 0");
   EXPECT_REJECTED("device:limited,device_capacity_mb:1.5", "device_capacity_mb: expected a whole");
