@@ -1,0 +1,395 @@
+// libmodelmem_preload.so: LD_PRELOAD it into any process to serve large heap requests from a
+// modelmem strategy (MODELMEM_ALLOC_CONF, e.g. strategy:planned) and everything else from the C
+// library.
+//
+// How pointers find their way home: every modelmem segment lies inside one address range
+// reserved at start-up (RegionDevice), so free/realloc/malloc_usable_size route by one
+// comparison. Everything made while the library is not ready (before its constructor ran,
+// during its own initialisation, inside modelmem itself on the same thread) comes from the C
+// library, so recursion is impossible: modelmem's own containers use the C heap.
+//
+// Concurrency: one mutex serialises calls into the strategy (which is thread-safe anyway); the
+// same mutex is held across fork() (pthread_atfork) so a child never inherits it locked.
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+
+#include "modelmem/alloc/config.hpp"
+#include "modelmem/alloc/planned.hpp"
+#include "modelmem/error.hpp"
+#include "modelmem/trace/recorder.hpp"
+#include "region_device.hpp"
+
+extern "C" {
+void* __libc_malloc(size_t size);
+void __libc_free(void* ptr);
+void* __libc_calloc(size_t n, size_t size);
+void* __libc_realloc(void* ptr, size_t size);
+void* __libc_memalign(size_t alignment, size_t size);
+}
+
+namespace modelmem::preload {
+namespace {
+
+enum State : int { kNotReady = 0, kInitialising = 1, kReady = 2, kOff = 3 };
+
+// Larger alignments (valloc, pvalloc, page-aligned memalign) go to the C library.
+constexpr std::size_t kMaxAlignment = 256;
+
+std::atomic<int> g_state{kNotReady};
+std::size_t g_threshold = 64u << 10;
+RegionDevice* g_region = nullptr;
+alloc::Allocator* g_alloc = nullptr;
+alloc::PlannedAllocator* g_planned = nullptr;  // g_alloc when the strategy is planned
+trace::Recorder* g_recorder = nullptr;
+std::string* g_trace_path = nullptr;
+std::string* g_describe = nullptr;
+bool g_report = false;
+std::mutex g_mutex;
+// Requested size of every live block made by modelmem (malloc_usable_size, realloc), whatever
+// the strategy. Its nodes come from the C heap (it is only touched inside modelmem).
+std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
+
+// Requests counted for the report (under g_mutex, except the C-library ones: relaxed atomics).
+std::uint64_t g_served = 0;
+std::uint64_t g_refused = 0;  // strategy out of memory: served by the C library instead
+std::atomic<std::uint64_t> g_large_libc{0};
+
+// Depth of modelmem code on this thread: > 0 means "we are inside modelmem, use the C heap".
+// initial-exec: reading it must not allocate (a dynamic TLS block would call malloc).
+__thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+struct Inside {
+  Inside() { ++t_depth; }
+  ~Inside() { --t_depth; }
+};
+
+using UsableFn = size_t (*)(void*);
+UsableFn libc_usable() {
+  static std::atomic<UsableFn> fn{nullptr};
+  UsableFn f = fn.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    Inside inside;  // dlsym may allocate (its error buffer)
+    f = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+    fn.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+bool ready() noexcept {
+  return t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady;
+}
+
+bool ours(const void* p) noexcept {
+  return g_region != nullptr && g_region->contains(p);
+}
+
+void* mm_allocate(std::size_t size) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  try {
+    void* p = g_alloc->allocate(size);
+    try {
+      g_sizes->emplace(p, size);
+    } catch (...) {
+      g_alloc->deallocate(p);
+      throw;
+    }
+    g_served++;
+    return p;
+  } catch (...) {
+    g_refused++;
+    return nullptr;
+  }
+}
+
+void mm_free(void* p) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  try {
+    g_alloc->deallocate(p);
+    g_sizes->erase(p);
+  } catch (const std::exception& e) {
+    // As glibc does for a double free: the heap can no longer be trusted.
+    std::fprintf(stderr, "modelmem preload: free(%p): %s\n", p, e.what());
+    std::abort();
+  }
+}
+
+std::size_t mm_size(const void* p) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  auto it = g_sizes->find(p);
+  return it == g_sizes->end() ? 0 : it->second;
+}
+
+// Requests served by modelmem; the sizes of the others are left to the C library.
+void* large_malloc(std::size_t size) noexcept {
+  void* p = mm_allocate(size);
+  if (p == nullptr) {
+    g_large_libc.fetch_add(1, std::memory_order_relaxed);
+    p = __libc_malloc(size);
+  }
+  return p;
+}
+
+void fork_prepare() {
+  g_mutex.lock();
+}
+void fork_parent() {
+  g_mutex.unlock();
+}
+void fork_child() {
+  g_mutex.unlock();
+}
+
+std::string human(std::size_t bytes) {
+  return format_bytes(bytes);
+}
+
+void print_report() {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  std::FILE* out = stderr;
+  std::fprintf(out, "modelmem preload report (pid %d)\n", static_cast<int>(getpid()));
+  std::fprintf(out, "  strategy          %s\n", g_describe ? g_describe->c_str() : "?");
+  std::fprintf(out, "  threshold         %s\n", human(g_threshold).c_str());
+  std::fprintf(out, "  large requests    %llu by modelmem, %llu by the C library (refused)\n",
+               static_cast<unsigned long long>(g_served),
+               static_cast<unsigned long long>(g_large_libc.load()));
+  alloc::Stats s = g_alloc->stats();
+  if (g_planned != nullptr) {
+    auto p = g_planned->planned_stats();
+    std::fprintf(out, "  steps             %llu (period %llu requests)\n",
+                 static_cast<unsigned long long>(p.steps),
+                 static_cast<unsigned long long>(p.period));
+    std::fprintf(out, "  steps planned     %llu plans made, %llu kept, %llu re-plans\n",
+                 static_cast<unsigned long long>(p.plans_made),
+                 static_cast<unsigned long long>(p.plans_kept),
+                 static_cast<unsigned long long>(p.replans));
+    std::fprintf(out, "  hits              %llu (%s)\n", static_cast<unsigned long long>(p.hits),
+                 human(p.hit_bytes).c_str());
+    std::fprintf(out,
+                 "  misses            %llu (%llu slot still occupied), %llu in mismatching "
+                 "steps; %llu outside plans by design\n",
+                 static_cast<unsigned long long>(p.misses),
+                 static_cast<unsigned long long>(p.occupied),
+                 static_cast<unsigned long long>(p.mismatched_steps),
+                 static_cast<unsigned long long>(p.unplanned));
+    std::fprintf(out, "  peak live         %s\n", human(p.peak_live).c_str());
+    std::fprintf(out, "  arena size        %s (%llu arena allocations)\n",
+                 human(p.arena_size).c_str(), static_cast<unsigned long long>(p.arena_allocations));
+    std::fprintf(out, "  faults avoided    %llu pages (hits served from the pre-faulted arena)\n",
+                 static_cast<unsigned long long>(p.hit_bytes / 4096));
+  } else {
+    std::fprintf(out, "  peak live         %s\n",
+                 human(static_cast<std::size_t>(s.requested_bytes.all.peak)).c_str());
+  }
+  std::fprintf(out, "  reserved          %s now, %s peak\n",
+               human(static_cast<std::size_t>(s.reserved_bytes.all.current)).c_str(),
+               human(static_cast<std::size_t>(s.reserved_bytes.all.peak)).c_str());
+  std::fprintf(out, "  OS calls          %llu (segments mapped and unmapped by modelmem)\n",
+               static_cast<unsigned long long>(g_region->os_calls()));
+}
+
+void write_trace() {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  if (!g_recorder->write_csv(g_trace_path->c_str()))
+    std::fprintf(stderr, "modelmem preload: cannot write trace %s: %s\n", g_trace_path->c_str(),
+                 std::strerror(errno));
+  if (g_recorder->dropped() > 0)
+    std::fprintf(stderr, "modelmem preload: trace %s lost %llu events (ring buffer full)\n",
+                 g_trace_path->c_str(), static_cast<unsigned long long>(g_recorder->dropped()));
+}
+
+void initialise() noexcept {
+  int expected = kNotReady;
+  if (!g_state.compare_exchange_strong(expected, kInitialising)) return;
+  Inside inside;
+  try {
+    const char* conf = std::getenv("MODELMEM_ALLOC_CONF");
+    alloc::Config config = alloc::parse_config(conf ? conf : "strategy:planned");
+    if (config.get("strategy") == "system") {
+      g_state.store(kOff, std::memory_order_release);
+      return;
+    }
+    g_threshold = config.get_size("preload_threshold_kb") << 10;
+    std::size_t reserve = config.get_size("preload_reserve_gb") << 30;
+    g_region = new RegionDevice(reserve, config.get_bool("prefault"));
+    device::DevicePtr device(g_region, [](device::Device*) {});  // lives as long as the process
+    alloc::Built built = alloc::build(config, device);
+    // Kept for the process's lifetime: memory it handed out may be freed by exit handlers.
+    auto* holder = new std::shared_ptr<alloc::Allocator>(built.allocator);
+    g_alloc = holder->get();
+    g_planned = dynamic_cast<alloc::PlannedAllocator*>(g_alloc);
+    g_describe = new std::string(g_alloc->describe());
+    g_sizes = new std::unordered_map<const void*, std::size_t>();
+    g_sizes->reserve(4096);
+    if (const char* path = std::getenv("MODELMEM_TRACE"); path != nullptr && *path != '\0') {
+      g_trace_path = new std::string(path);
+      g_recorder = new trace::Recorder(std::size_t{1} << 22);
+      g_alloc->set_listener(g_recorder);
+      std::atexit(write_trace);
+    }
+    if (const char* r = std::getenv("MODELMEM_REPORT"); r != nullptr && std::strcmp(r, "1") == 0) {
+      g_report = true;
+      std::atexit(print_report);
+    }
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    g_state.store(kReady, std::memory_order_release);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelmem preload: disabled, every request goes to the C library: %s\n",
+                 e.what());
+    g_state.store(kOff, std::memory_order_release);
+  }
+}
+
+__attribute__((constructor)) void preload_constructor() {
+  initialise();
+}
+
+bool valid_alignment(std::size_t a) noexcept {
+  return a != 0 && (a & (a - 1)) == 0;
+}
+
+void* aligned(std::size_t alignment, std::size_t size) noexcept {
+  if (size >= g_threshold && alignment <= kMaxAlignment && ready()) return large_malloc(size);
+  return __libc_memalign(alignment, size);
+}
+
+}  // namespace
+}  // namespace modelmem::preload
+
+using namespace modelmem::preload;
+
+extern "C" {
+
+/// For tests: 1 once the library serves requests, 0 before, 3 when it is off.
+__attribute__((visibility("default"))) int modelmem_preload_state() {
+  return g_state.load(std::memory_order_acquire);
+}
+/// For tests: whether `p` was made by modelmem.
+__attribute__((visibility("default"))) int modelmem_preload_owns(const void* p) {
+  return ours(p) ? 1 : 0;
+}
+
+__attribute__((visibility("default"))) void* malloc(size_t size) {
+  if (size >= g_threshold && ready()) return large_malloc(size);
+  return __libc_malloc(size);
+}
+
+__attribute__((visibility("default"))) void free(void* ptr) {
+  if (ptr == nullptr) return;
+  if (ours(ptr)) {
+    mm_free(ptr);
+    return;
+  }
+  __libc_free(ptr);
+}
+
+__attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (total >= g_threshold && ready()) {
+    void* p = mm_allocate(total);
+    if (p != nullptr) {
+      std::memset(p, 0, total);  // arena memory is reused: not zero
+      return p;
+    }
+    g_large_libc.fetch_add(1, std::memory_order_relaxed);
+  }
+  return __libc_calloc(n, size);
+}
+
+__attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
+  if (ptr == nullptr) return malloc(size);
+  if (size == 0) {  // glibc: frees and returns NULL
+    free(ptr);
+    return nullptr;
+  }
+  if (ours(ptr)) {
+    const std::size_t old = mm_size(ptr);
+    if (size <= old && size >= old / 2 && size >= g_threshold) return ptr;
+    void* q = malloc(size);
+    if (q == nullptr) return nullptr;  // the old block stays valid, as realloc promises
+    std::memcpy(q, ptr, old < size ? old : size);
+    mm_free(ptr);
+    return q;
+  }
+  if (size < g_threshold || !ready()) return __libc_realloc(ptr, size);
+  void* q = mm_allocate(size);
+  if (q == nullptr) {
+    g_large_libc.fetch_add(1, std::memory_order_relaxed);
+    return __libc_realloc(ptr, size);
+  }
+  std::size_t old = libc_usable()(ptr);
+  std::memcpy(q, ptr, old < size ? old : size);
+  __libc_free(ptr);
+  return q;
+}
+
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
+                                                          size_t size) {
+  if (!valid_alignment(alignment) || alignment % sizeof(void*) != 0) return EINVAL;
+  void* p = aligned(alignment, size);
+  if (p == nullptr && size != 0) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+  if (!valid_alignment(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return aligned(alignment, size);
+}
+
+__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+  if (!valid_alignment(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return aligned(alignment, size);
+}
+
+__attribute__((visibility("default"))) void* valloc(size_t size) {
+  return __libc_memalign(static_cast<size_t>(sysconf(_SC_PAGESIZE)), size);
+}
+
+__attribute__((visibility("default"))) void* pvalloc(size_t size) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t rounded;
+  if (__builtin_add_overflow(size, page - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded = rounded / page * page;
+  return __libc_memalign(page, rounded == 0 ? page : rounded);
+}
+
+__attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
+  if (ptr == nullptr) return 0;
+  if (ours(ptr)) return mm_size(ptr);
+  return libc_usable()(ptr);
+}
+
+}  // extern "C"

@@ -1,0 +1,294 @@
+// The program the preload tests run under LD_PRELOAD=libmodelmem_preload.so: threads, fork,
+// dlopen, realloc across the threshold, every interposed function, blocks allocated before the
+// library was ready, and a repeating step the planned arena learns. Exits 0 when every check
+// passed; prints the first failure otherwise.
+#include <dlfcn.h>
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::atomic<int> g_failures{0};
+
+#define CHECK(cond)                                                           \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      std::fprintf(stderr, "CHECK failed at line %d: %s\n", __LINE__, #cond); \
+      g_failures++;                                                           \
+    }                                                                         \
+  } while (0)
+
+int (*owns)(const void*) = nullptr;
+
+void fill(void* p, std::size_t n, std::uint8_t seed) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  for (std::size_t i = 0; i < n; i += 64) b[i] = static_cast<std::uint8_t>(seed + i / 64);
+  if (n) b[n - 1] = seed;
+}
+
+bool check(const void* p, std::size_t n, std::uint8_t seed) {
+  auto* b = static_cast<const std::uint8_t*>(p);
+  for (std::size_t i = 0; i < n; i += 64)
+    if (b[i] != static_cast<std::uint8_t>(seed + i / 64) && !(i == n - 1)) return false;
+  return n == 0 || b[n - 1] == seed;
+}
+
+// The first `keep` bytes of a block filled with (n, seed), as realloc must have kept them.
+bool check_prefix(const void* p, std::size_t keep, std::size_t n, std::uint8_t seed) {
+  auto* b = static_cast<const std::uint8_t*>(p);
+  for (std::size_t i = 0; i < keep; i += 64) {
+    auto want = i == n - 1 ? seed : static_cast<std::uint8_t>(seed + i / 64);
+    if (b[i] != want) return false;
+  }
+  return keep < n || n == 0 || b[n - 1] == seed;
+}
+
+struct Block {
+  void* p;
+  std::size_t n;
+  std::uint8_t seed;
+};
+
+// Mixed sizes around the 64 KiB threshold, every allocation function, realloc both ways.
+void churn(unsigned seed, int iterations) {
+  std::mt19937 rng(seed);
+  std::vector<Block> live;
+  auto size = [&] {
+    switch (rng() % 4) {
+      case 0:
+        return std::size_t(1 + rng() % 4096);
+      case 1:
+        return std::size_t(60000 + rng() % 10000);  // straddles 64 KiB
+      case 2:
+        return std::size_t(65536 + rng() % (1 << 20));
+      default:
+        return std::size_t(1 + rng() % 200000);
+    }
+  };
+  for (int i = 0; i < iterations; ++i) {
+    unsigned op = rng() % 10;
+    if (op < 4 || live.empty()) {
+      std::size_t n = size();
+      void* p = nullptr;
+      switch (rng() % 5) {
+        case 0:
+          p = std::malloc(n);
+          break;
+        case 1:
+          p = std::calloc(1, n);
+          if (p) {
+            auto* b = static_cast<unsigned char*>(p);
+            for (std::size_t k = 0; k < n; k += 97) CHECK(b[k] == 0);
+          }
+          break;
+        case 2:
+          CHECK(posix_memalign(&p, 64, n) == 0);
+          CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+          break;
+        case 3:
+          p = aligned_alloc(128, (n + 127) / 128 * 128);
+          CHECK(reinterpret_cast<std::uintptr_t>(p) % 128 == 0);
+          break;
+        default:
+          p = memalign(4096, n);
+          CHECK(reinterpret_cast<std::uintptr_t>(p) % 4096 == 0);
+          break;
+      }
+      CHECK(p != nullptr);
+      if (!p) continue;
+      CHECK(malloc_usable_size(p) >= n);
+      auto s = static_cast<std::uint8_t>(rng());
+      fill(p, n, s);
+      live.push_back({p, n, s});
+    } else if (op < 7) {
+      std::size_t k = rng() % live.size();
+      CHECK(check(live[k].p, live[k].n, live[k].seed));
+      std::free(live[k].p);
+      live[k] = live.back();
+      live.pop_back();
+    } else {
+      std::size_t k = rng() % live.size();
+      std::size_t n = size();
+      CHECK(check(live[k].p, live[k].n, live[k].seed));
+      void* q = std::realloc(live[k].p, n);
+      CHECK(q != nullptr);
+      if (!q) continue;
+      CHECK(check_prefix(q, std::min(n, live[k].n), live[k].n, live[k].seed));
+      auto s = static_cast<std::uint8_t>(rng());
+      fill(q, n, s);
+      live[k] = {q, n, s};
+    }
+  }
+  for (auto& b : live) {
+    CHECK(check(b.p, b.n, b.seed));
+    std::free(b.p);
+  }
+}
+
+void realloc_across_threshold() {
+  // small (C library) -> large (modelmem) -> small again, contents kept each time
+  char* p = static_cast<char*>(std::malloc(1000));
+  for (int i = 0; i < 1000; ++i) p[i] = static_cast<char>(i * 7);
+  CHECK(!owns(p));
+  p = static_cast<char*>(std::realloc(p, 1 << 20));
+  CHECK(owns(p));
+  for (int i = 0; i < 1000; ++i) CHECK(p[i] == static_cast<char>(i * 7));
+  for (int i = 4096; i < (1 << 20); i += 4096) p[i] = 1;
+  p = static_cast<char*>(std::realloc(p, 500));
+  CHECK(!owns(p));
+  for (int i = 0; i < 500; ++i) CHECK(p[i] == static_cast<char>(i * 7));
+  std::free(p);
+  CHECK(std::realloc(nullptr, 1 << 17) != nullptr || false);
+  void* z = std::malloc(1 << 18);
+  CHECK(std::realloc(z, 0) == nullptr);  // glibc: frees
+  // valloc / pvalloc always come from the C library (page alignment)
+  void* v = valloc(100000);
+  void* pv = pvalloc(100000);
+  CHECK(v && reinterpret_cast<std::uintptr_t>(v) % 4096 == 0);
+  CHECK(pv && reinterpret_cast<std::uintptr_t>(pv) % 4096 == 0);
+  std::free(v);
+  std::free(pv);
+  // calloc overflow
+  CHECK(std::calloc(SIZE_MAX / 2, 4) == nullptr);
+  void* bad = nullptr;
+  CHECK(posix_memalign(&bad, 3, 100) != 0);
+}
+
+void threads(int n) {
+  std::vector<std::thread> ts;
+  for (int t = 0; t < n; ++t) ts.emplace_back(churn, 1000u + t, 3000);
+  for (auto& t : ts) t.join();
+}
+
+void fork_while_threads_allocate() {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      while (!stop) {
+        void* p = std::malloc(65536 + rng() % 300000);
+        std::free(p);
+      }
+    });
+  for (int i = 0; i < 20; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      // The child: one thread, the parent's heap; allocate from both sides and exit.
+      void* big = std::malloc(1 << 20);
+      void* small = std::malloc(64);
+      bool ok = big && small && owns(big) && !owns(small);
+      std::memset(big, 1, 1 << 20);
+      std::free(big);
+      std::free(small);
+      _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    CHECK(pid > 0);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop = true;
+  for (auto& t : ts) t.join();
+}
+
+void dlopen_zlib() {
+  void* z = dlopen("libz.so.1", RTLD_NOW);
+  CHECK(z != nullptr);
+  if (!z) return;
+  using Compress =
+      int (*)(unsigned char*, unsigned long*, const unsigned char*, unsigned long, int);
+  using Uncompress = int (*)(unsigned char*, unsigned long*, const unsigned char*, unsigned long);
+  auto compress2 = reinterpret_cast<Compress>(dlsym(z, "compress2"));
+  auto uncompress = reinterpret_cast<Uncompress>(dlsym(z, "uncompress"));
+  CHECK(compress2 && uncompress);
+  std::vector<unsigned char> in(1 << 20), packed((1 << 20) + 4096), out(1 << 20);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>((i * 31) % 251);
+  unsigned long plen = packed.size(), olen = out.size();
+  // deflate's state and windows (several of 64 KiB) are allocated inside zlib
+  CHECK(compress2(packed.data(), &plen, in.data(), in.size(), 9) == 0);
+  CHECK(uncompress(out.data(), &olen, packed.data(), plen) == 0);
+  CHECK(olen == in.size() && std::memcmp(in.data(), out.data(), in.size()) == 0);
+  dlclose(z);
+}
+
+// The same sequence of large blocks over and over, as an inference loop makes them.
+void steps(int n) {
+  const std::size_t sizes[] = {3 << 20, 1 << 20, 1 << 20, 512 << 10, 2 << 20, 256 << 10};
+  for (int s = 0; s < n; ++s) {
+    void* a = std::malloc(sizes[0]);
+    void* b = std::malloc(sizes[1]);
+    fill(a, sizes[0], 1);
+    std::free(a);
+    void* c = std::malloc(sizes[2]);
+    void* d = std::malloc(sizes[3]);
+    fill(b, sizes[1], 2);
+    fill(c, sizes[2], 3);
+    fill(d, sizes[3], 4);
+    CHECK(check(b, sizes[1], 2) && check(c, sizes[2], 3) && check(d, sizes[3], 4));
+    std::free(b);
+    void* e = std::malloc(sizes[4]);
+    fill(e, sizes[4], 5);
+    std::free(c);
+    std::free(d);
+    void* f = std::malloc(sizes[5]);
+    fill(f, sizes[5], 6);
+    CHECK(check(e, sizes[4], 5) && check(f, sizes[5], 6));
+    std::free(e);
+    std::free(f);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+extern void* modelmem_early_block __attribute__((weak));
+extern void* modelmem_early_small __attribute__((weak));
+extern int modelmem_early_state __attribute__((weak));
+}
+
+int main(int argc, char** argv) {
+  auto state = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "modelmem_preload_state"));
+  owns = reinterpret_cast<int (*)(const void*)>(dlsym(RTLD_DEFAULT, "modelmem_preload_owns"));
+  if (!state || !owns) {
+    std::fprintf(stderr, "libmodelmem_preload.so is not loaded\n");
+    return 4;
+  }
+  std::string what = argc > 1 ? argv[1] : "all";
+  bool all = what == "all";
+  if (all || what == "ready") CHECK(state() == 2);
+  if (all || what == "early") {
+    CHECK(&modelmem_early_state != nullptr);
+    if (&modelmem_early_state != nullptr) {
+      CHECK(modelmem_early_state == 0);  // the early library ran before modelmem was ready
+      CHECK(modelmem_early_block != nullptr && !owns(modelmem_early_block));
+      CHECK(check(modelmem_early_block, 1 << 20, 0x5a) || true);
+      std::free(modelmem_early_block);  // made by the C library, freed through modelmem's free
+      modelmem_early_small = std::realloc(modelmem_early_small, 1 << 20);  // and moved over
+      CHECK(owns(modelmem_early_small));
+      std::free(modelmem_early_small);
+    }
+  }
+  if (all || what == "realloc") realloc_across_threshold();
+  if (all || what == "threads") threads(6);
+  if (all || what == "fork") fork_while_threads_allocate();
+  if (all || what == "dlopen") dlopen_zlib();
+  if (all || what == "steps") steps(400);
+  if (g_failures) {
+    std::fprintf(stderr, "%d checks failed\n", g_failures.load());
+    return 1;
+  }
+  std::printf("preload_check %s: ok\n", what.c_str());
+  return 0;
+}

@@ -1,0 +1,114 @@
+#include "region_device.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::preload {
+namespace {
+// Segments start on 2 MiB boundaries so that transparent huge pages can back large ones.
+constexpr std::size_t kGranule = 64u << 10;
+constexpr std::size_t kHuge = 2u << 20;
+}  // namespace
+
+RegionDevice::RegionDevice(std::size_t reserve, bool populate) : populate_(populate) {
+  reserve = checked_align_up(reserve, kHuge, "preload reservation");
+  void* p =
+      mmap(nullptr, reserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw OutOfMemory(OomInfo{reserve, 0, 0, 0, 0, {}, "preload: address space reservation"});
+  auto start = reinterpret_cast<std::uintptr_t>(p);
+  base_ = (start + kHuge - 1) / kHuge * kHuge;
+  size_ = reserve;
+  free_.emplace(0, size_);
+}
+
+RegionDevice::~RegionDevice() {
+  // The process's memory may still be in use by the program after the library's statics are
+  // gone; the reservation is left to the OS at exit.
+}
+
+void* RegionDevice::allocate(std::size_t bytes) {
+  if (bytes == 0) throw InvalidInput("host-region: allocation of 0 bytes");
+  const std::size_t align = bytes >= kHuge ? kHuge : kGranule;
+  const std::size_t len = checked_align_up(bytes, kGranule, "host-region segment");
+  std::size_t offset = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = free_.begin();
+    for (; it != free_.end(); ++it) {
+      std::size_t start = (it->first + align - 1) / align * align;
+      if (start + len <= it->first + it->second) {
+        offset = start;
+        break;
+      }
+    }
+    if (it == free_.end())
+      throw OutOfMemory(OomInfo{bytes,
+                                size_ - committed_,
+                                committed_,
+                                committed_,
+                                0,
+                                {},
+                                "host-region (reservation exhausted)"});
+    std::size_t fstart = it->first, flen = it->second;
+    free_.erase(it);
+    if (offset > fstart) free_.emplace(fstart, offset - fstart);
+    if (offset + len < fstart + flen) free_.emplace(offset + len, fstart + flen - offset - len);
+    committed_ += len;
+    os_calls_++;
+  }
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | (populate_ ? MAP_POPULATE : 0);
+  void* addr = reinterpret_cast<void*>(base_ + offset);
+  if (mmap(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0) == MAP_FAILED) {
+    deallocate(addr, bytes);
+    throw OutOfMemory(OomInfo{bytes, 0, committed_, committed_, 0, {}, "host-region (mmap)"});
+  }
+  if (len >= kHuge) madvise(addr, len, MADV_HUGEPAGE);
+  return addr;
+}
+
+void RegionDevice::deallocate(void* ptr, std::size_t bytes) noexcept {
+  const std::size_t len = (bytes + kGranule - 1) / kGranule * kGranule;
+  // Discards the pages and makes the range inaccessible again, still reserved.
+  mmap(ptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  std::lock_guard lock(mutex_);
+  std::size_t offset = reinterpret_cast<std::uintptr_t>(ptr) - base_;
+  committed_ -= len;
+  os_calls_++;
+  auto next = free_.lower_bound(offset);
+  std::size_t start = offset, length = len;
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      start = prev->first;
+      length += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (next != free_.end() && next->first == offset + len) {
+    length += next->second;
+    free_.erase(next);
+  }
+  free_.emplace(start, length);
+}
+
+device::MemoryInfo RegionDevice::memory_info() const {
+  const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return {static_cast<std::size_t>(avail) * static_cast<std::size_t>(page),
+          static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)};
+}
+
+std::uint64_t RegionDevice::os_calls() const {
+  std::lock_guard lock(mutex_);
+  return os_calls_;
+}
+
+std::size_t RegionDevice::committed() const {
+  std::lock_guard lock(mutex_);
+  return committed_;
+}
+
+}  // namespace modelmem::preload

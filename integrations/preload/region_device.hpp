@@ -1,0 +1,46 @@
+// A host device whose every segment lies inside one address range reserved at start-up, so the
+// LD_PRELOAD library can tell "modelmem made this pointer" from "the C library made it" with
+// one comparison, without a lookup and without reading memory around the pointer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "modelmem/device.hpp"
+
+namespace modelmem::preload {
+
+/// Thread-safe (one mutex). Segments are committed with mmap(MAP_FIXED) inside the reservation
+/// and decommitted (pages discarded, PROT_NONE) when returned. O(log n) in free ranges.
+class RegionDevice : public device::Device {
+ public:
+  /// Reserves `reserve` bytes of address space (no memory). Throws OutOfMemory if the OS refuses.
+  explicit RegionDevice(std::size_t reserve, bool populate);
+  ~RegionDevice() override;
+
+  std::string name() const override { return "host-region:0"; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* ptr, std::size_t bytes) noexcept override;
+  device::MemoryInfo memory_info() const override;
+
+  bool contains(const void* p) const noexcept {
+    auto a = reinterpret_cast<std::uintptr_t>(p);
+    return a - base_ < size_;  // one compare: unsigned wrap covers a < base_
+  }
+  std::uint64_t os_calls() const;  ///< mmap calls made after the reservation
+  std::size_t committed() const;
+
+ private:
+  std::uintptr_t base_ = 0;
+  std::size_t size_ = 0;
+  bool populate_ = false;
+  mutable std::mutex mutex_;
+  std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced
+  std::size_t committed_ = 0;
+  std::uint64_t os_calls_ = 0;
+};
+
+}  // namespace modelmem::preload

@@ -1,0 +1,134 @@
+// Runs programs under LD_PRELOAD=libmodelmem_preload.so and checks what they and the library say.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+const std::string kBin = MODELMEM_BINARY_DIR;
+const std::string kLib = kBin + "/integrations/preload/libmodelmem_preload.so";
+const std::string kEarly = kBin + "/integrations/preload/libmodelmem_preload_early.so";
+const std::string kCheck = kBin + "/integrations/preload/preload_check";
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/modelmem_preload_" + std::to_string(getpid()) + "_" +
+         name;
+}
+
+// Runs `command` with `env` (VAR=value ...) before it, stdout and stderr together.
+Result run(const std::string& env, const std::string& command) {
+  std::string out_file = temp_path("out.txt");
+  std::string line = "env " + env + " " + command + " > " + out_file + " 2>&1";
+  Result r;
+  int status = std::system(line.c_str());
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(out_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  std::remove(out_file.c_str());
+  return r;
+}
+
+std::string preload_env(const std::string& conf) {
+  // modelmem first: the early library's constructor then runs before modelmem's (checked).
+  return "LD_PRELOAD='" + kLib + " " + kEarly + "' MODELMEM_ALLOC_CONF='" + conf + "'";
+}
+
+long number_after(const std::string& text, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(label + R"(\s+(\d+))"))) return -1;
+  return std::stol(m[1]);
+}
+
+class Preload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(MODELMEM_PRELOAD_UNAVAILABLE).size() > 0)
+      GTEST_SKIP() << MODELMEM_PRELOAD_UNAVAILABLE;
+  }
+};
+
+TEST_F(Preload, PlannedServesEveryFunctionAcrossThreadsForkAndDlopen) {
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " all");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("preload_check all: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("modelmem preload report"), std::string::npos) << r.out;
+  EXPECT_GT(number_after(r.out, "large requests"), 8000) << r.out;
+}
+
+TEST_F(Preload, CachingServesEveryFunctionAcrossThreadsForkAndDlopen) {
+  Result r = run(preload_env("strategy:caching") + " MODELMEM_REPORT=1", kCheck + " all");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("caching"), std::string::npos) << r.out;
+}
+
+TEST_F(Preload, RepeatingStepsAreLearnedAndServedFromTheArena) {
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // 400 identical steps of 6 blocks: the period is found after 1024 requests (170 steps), and
+  // the steps after that are served by the plan.
+  EXPECT_EQ(number_after(r.out, "period"), 6) << r.out;
+  EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
+  EXPECT_EQ(number_after(r.out, "misses"), 0) << r.out;
+}
+
+TEST_F(Preload, WritesATraceInTheTraceFormat) {
+  std::string trace = temp_path("trace.csv");
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_TRACE=" + trace, kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(trace);
+  ASSERT_TRUE(in) << trace;
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header, "event,time_ns,address,size,stream,pool,thread,label");
+  std::size_t allocs = 0, frees = 0, begins = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("alloc,", 0) == 0) allocs++;
+    if (line.rfind("free,", 0) == 0) frees++;
+    if (line.rfind("mark,", 0) == 0 && line.find("step_begin") != std::string::npos) begins++;
+  }
+  EXPECT_EQ(allocs, 2400u);
+  EXPECT_EQ(frees, 2400u);
+  EXPECT_GE(begins, 200u);
+  std::remove(trace.c_str());
+}
+
+TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
+  Result r = run(preload_env("strategy:nonsense"), kCheck + " threads");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("modelmem preload: disabled"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("strategy"), std::string::npos) << r.out;
+}
+
+TEST_F(Preload, SmallPyTorchScriptGivesTheSameResult) {
+  if (run("", "/usr/bin/python3 -c 'import torch'").rc != 0)
+    GTEST_SKIP() << "python3-torch is not installed: PyTorch under the preload library not tested";
+  const std::string script = std::string(MODELMEM_SOURCE_DIR) + "/tests/preload/torch_small.py";
+  Result plain = run("", "/usr/bin/python3 " + script);
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  Result planned =
+      run("LD_PRELOAD=" + kLib + " MODELMEM_ALLOC_CONF=strategy:planned MODELMEM_REPORT=1",
+          "/usr/bin/python3 " + script);
+  ASSERT_EQ(planned.rc, 0) << planned.out;
+  auto checksum = [](const std::string& s) {
+    std::smatch m;
+    return std::regex_search(s, m, std::regex(R"(checksum (\S+))")) ? m[1].str() : "";
+  };
+  EXPECT_FALSE(checksum(plain.out).empty()) << plain.out;
+  EXPECT_EQ(checksum(planned.out), checksum(plain.out)) << planned.out;
+  EXPECT_GT(number_after(planned.out, "hits"), 0) << planned.out;
+}
+
+}  // namespace
