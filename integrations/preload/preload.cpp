@@ -230,7 +230,12 @@ void initialise() noexcept {
     }
     g_threshold = config.get_size("preload_threshold_kb") << 10;
     std::size_t reserve = config.get_size("preload_reserve_gb") << 30;
-    g_region = new RegionDevice(reserve, config.get_bool("prefault"));
+    g_region =
+        new RegionDevice(reserve, config.get_bool("prefault"), config.get_bool("huge_pages"));
+    // The C library now sees small requests only: keep its heap top instead of trimming it
+    // at 128 KiB (its default), or a steady loop would shrink and regrow it (brk calls and page
+    // faults) over and over.
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
     device::DevicePtr device(g_region, [](device::Device*) {});  // lives as long as the process
     alloc::Built built = alloc::build(config, device);
     // Kept for the process's lifetime: memory it handed out may be freed by exit handlers.

@@ -12,7 +12,8 @@ constexpr std::size_t kGranule = 64u << 10;
 constexpr std::size_t kHuge = 2u << 20;
 }  // namespace
 
-RegionDevice::RegionDevice(std::size_t reserve, bool populate) : populate_(populate) {
+RegionDevice::RegionDevice(std::size_t reserve, bool populate, bool huge_pages)
+    : populate_(populate), huge_pages_(huge_pages) {
   reserve = checked_align_up(reserve, kHuge, "preload reservation");
   void* p =
       mmap(nullptr, reserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -65,7 +66,7 @@ void* RegionDevice::allocate(std::size_t bytes) {
     deallocate(addr, bytes);
     throw OutOfMemory(OomInfo{bytes, 0, committed_, committed_, 0, {}, "host-region (mmap)"});
   }
-  if (len >= kHuge) madvise(addr, len, MADV_HUGEPAGE);
+  if (huge_pages_ && len >= kHuge) madvise(addr, len, MADV_HUGEPAGE);
   return addr;
 }
 

@@ -18,7 +18,10 @@ namespace modelmem::preload {
 class RegionDevice : public device::Device {
  public:
   /// Reserves `reserve` bytes of address space (no memory). Throws OutOfMemory if the OS refuses.
-  explicit RegionDevice(std::size_t reserve, bool populate);
+  /// `populate`: pages are mapped when a segment is obtained; `huge_pages`: segments of 2 MiB
+  /// and more are offered to transparent huge pages (fewer faults, but a partly used segment
+  /// then costs whole 2 MiB pages of resident memory).
+  RegionDevice(std::size_t reserve, bool populate, bool huge_pages);
   ~RegionDevice() override;
 
   std::string name() const override { return "host-region:0"; }
@@ -37,6 +40,7 @@ class RegionDevice : public device::Device {
   std::uintptr_t base_ = 0;
   std::size_t size_ = 0;
   bool populate_ = false;
+  bool huge_pages_ = false;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced
   std::size_t committed_ = 0;

@@ -57,7 +57,16 @@ struct Live {
 }  // namespace
 
 struct PlannedAllocator::Impl {
-  explicit Impl(PlannedOptions o) : options(std::move(o)) {}
+  explicit Impl(PlannedOptions o) : options(std::move(o)) {
+    if (options.auto_steps) {
+      // Full capacity, touched now: the history never reallocates, so recording it in steady
+      // state costs no allocation and no page fault.
+      history.resize(options.history);
+      live_at.resize(options.history);
+      history.clear();
+      live_at.clear();
+    }
+  }
 
   PlannedOptions options;
   mutable std::mutex mutex;
@@ -195,6 +204,9 @@ struct PlannedAllocator::Impl {
     sp.offsets.assign(log.size(), kNoSlot);
     for (std::size_t k = 0; k < index_of.size(); ++k) sp.offsets[index_of[k]] = result.offsets[k];
     sp.arena_size = result.arena_size;
+    // What the fallback cached for the steps served so far is the arena's job from now on:
+    // give it back before the arena is taken, so the two never peak together.
+    options.fallback->trim();
     if (!ensure_arena(sp.arena_size)) return;
     sp.last_used = ++use_clock;
     // The same sequence replaces its old plan; otherwise the least recently used plan goes.
