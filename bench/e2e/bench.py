@@ -324,10 +324,11 @@ def main():
         n_target = max(args.min_n, chunk)
         allowed = int(per_model_budget / (per_inference * len(workers)))
         if allowed < n_target:
-            say(f"NOTE: {allowed} timed inferences per configuration instead of {n_target} "
+            reduced = max(allowed, chunk)
+            say(f"NOTE: {reduced} timed inferences per configuration instead of {n_target} "
                 f"(the budget of {per_model_budget:.0f} s for this model allows no more at "
                 f"{per_inference * 1000:.0f} ms per inference)")
-            n_target = max(allowed, 2 * chunk)
+            n_target = reduced
         rounds = 0
         while min(len(w.lat) for w in workers) < n_target:
             order = workers[rounds % len(workers):] + workers[:rounds % len(workers)]

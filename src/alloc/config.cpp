@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "modelmem/alloc/direct.hpp"
 #include "modelmem/alloc/plan_file.hpp"
 #include "modelmem/alloc/planned.hpp"
 #include "modelmem/alloc/static_arena.hpp"
@@ -88,6 +89,11 @@ std::string check_positive(const std::string& key, std::string_view v) {
 std::string check_steps(const std::string& key, std::string_view v) {
   if (v == "auto" || v == "marked") return std::string(v);
   bad(key, "expected auto or marked, got '" + std::string(v) + "'");
+}
+
+std::string check_planned_fallback(const std::string& key, std::string_view v) {
+  if (v == "direct" || v == "caching") return std::string(v);
+  bad(key, "expected direct or caching, got '" + std::string(v) + "'");
 }
 
 std::string check_solver(const std::string& key, std::string_view v) {
@@ -225,6 +231,11 @@ const std::vector<KeySpec>& key_table() {
       {{"planned_steps", "auto", "auto | marked",
         "planned: steps found from the repeating pattern, or marked by begin_step/end_step"},
        check_steps},
+      {{"planned_fallback", "direct", "direct | caching",
+        "planned: what serves requests outside the plan: direct (one segment per block, "
+        "nothing cached: the smallest footprint) or a caching pool (no device call per "
+        "request, memory kept)"},
+       check_planned_fallback},
       {{"planned_warmup_steps", "1", "whole number",
         "planned: marked steps left to the fallback before the first plan"},
        check_count},
@@ -336,7 +347,7 @@ void check_combinations(const Config& c) {
       if (k.info.name.rfind("planned_", 0) == 0 && has(k.info.name.c_str()))
         bad(k.info.name, "applies only to strategy:planned (strategy is " + strategy + ")");
   if (strategy == "planned") {
-    // The fallback is a caching pool with fixed segments; its caching keys apply to it.
+    // The fallback is direct or a caching pool with fixed segments; caching keys apply to it.
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is planned)");
     for (const char* k : {"fallback", "static_pool_mb", "plan", "model_type", "safety_factor"})
       if (has(k)) bad(k, "has no effect with strategy:planned");
@@ -648,7 +659,10 @@ Built build(const Config& c, device::DevicePtr base) {
   if (strategy == "planned") {
     PlannedOptions o;
     o.device = b.device;
-    o.fallback = std::make_shared<CachingAllocator>(b.device, caching_options(c));
+    if (c.get("planned_fallback") == "caching")
+      o.fallback = std::make_shared<CachingAllocator>(b.device, caching_options(c));
+    else
+      o.fallback = std::make_shared<DirectAllocator>(b.device);
     o.auto_steps = c.get("planned_steps") == "auto";
     o.warmup_steps = c.get_size("planned_warmup_steps");
     o.mismatch_limit = c.get_size("planned_mismatch_limit");

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "modelmem/alloc/config.hpp"
+#include "modelmem/alloc/direct.hpp"
 #include "modelmem/alloc/planned.hpp"
 #include "modelmem/error.hpp"
 
@@ -19,7 +20,7 @@ std::string error_of(const std::string& text) {
 TEST(PlannedConfig, BuildsAPlannedArenaOverACachingPool) {
   Built b = build(parse_config(
       "strategy:planned,planned_steps:marked,planned_warmup_steps:0,planned_solver:best-fit,"
-      "planned_max_plans:2,planned_mismatch_limit:3,planned_min_kb:4"));
+      "planned_max_plans:2,planned_mismatch_limit:3,planned_min_kb:4,planned_fallback:caching"));
   auto* planned = dynamic_cast<PlannedAllocator*>(b.allocator.get());
   ASSERT_NE(planned, nullptr);
   EXPECT_FALSE(planned->options().auto_steps);
@@ -46,6 +47,7 @@ TEST(PlannedConfig, DefaultsAreAutomaticSteps) {
   ASSERT_NE(planned, nullptr);
   EXPECT_TRUE(planned->options().auto_steps);
   EXPECT_EQ(planned->options().solver, "best");
+  EXPECT_NE(b.allocator->describe().find("fallback=direct"), std::string::npos);
 }
 
 TEST(PlannedConfig, BadValuesAndCombinationsNameTheKey) {
@@ -61,7 +63,28 @@ TEST(PlannedConfig, BadValuesAndCombinationsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of("strategy:planned,static_pool_mb:64").find("static_pool_mb"),
             std::string::npos);
+  EXPECT_NE(error_of("strategy:planned,planned_fallback:static").find("planned_fallback"),
+            std::string::npos);
   EXPECT_NE(error_of("preload_threshold_kb:0").find("preload_threshold_kb"), std::string::npos);
+}
+
+TEST(DirectAllocator, EveryBlockIsASegmentReturnedOnFree) {
+  Built b = build(parse_config("strategy:planned"));
+  auto device = b.device;
+  DirectAllocator d(device);
+  void* p = d.allocate(100000);
+  void* q = d.allocate(5000);
+  EXPECT_EQ(d.stats().segment.all.current, 2);
+  EXPECT_EQ(d.stats().allocated_bytes.all.current, 105000);
+  d.deallocate(p);
+  EXPECT_THROW(d.deallocate(p), InvalidInput);
+  EXPECT_THROW(d.allocate(0), InvalidInput);
+  d.deallocate(q);
+  auto s = d.stats();
+  EXPECT_EQ(s.num_device_alloc, 2);
+  EXPECT_EQ(s.num_device_free, 2);
+  EXPECT_EQ(s.reserved_bytes.all.current, 0);
+  EXPECT_EQ(s.reserved_bytes.all.peak, 105000);
 }
 
 }  // namespace

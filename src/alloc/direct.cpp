@@ -1,0 +1,98 @@
+#include "modelmem/alloc/direct.hpp"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::alloc {
+
+struct DirectAllocator::Impl {
+  device::DevicePtr device;
+  mutable std::mutex mutex;
+  std::unordered_map<void*, std::size_t> live;
+  Stats stats;
+};
+
+DirectAllocator::DirectAllocator(device::DevicePtr device) : impl_(std::make_unique<Impl>()) {
+  if (!device) throw InvalidInput("direct allocator: no device given");
+  impl_->device = std::move(device);
+}
+
+DirectAllocator::~DirectAllocator() {
+  for (auto& [p, size] : impl_->live) impl_->device->deallocate(p, size);
+}
+
+void* DirectAllocator::allocate(std::size_t size, Stream stream) {
+  if (size == 0) throw InvalidInput("direct allocator: allocation of 0 bytes");
+  void* p = impl_->device->allocate(size);
+  {
+    std::lock_guard lock(impl_->mutex);
+    try {
+      impl_->live.emplace(p, size);
+    } catch (...) {
+      impl_->device->deallocate(p, size);
+      throw;
+    }
+    Stats& s = impl_->stats;
+    const auto n = static_cast<std::int64_t>(size);
+    for (CounterSet* c :
+         {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
+      c->all.add(n);
+      c->large.add(n);
+    }
+    for (CounterSet* c : {&s.allocation, &s.segment, &s.active}) {
+      c->all.add(1);
+      c->large.add(1);
+    }
+    s.num_device_alloc++;
+  }
+  emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream);
+  return p;
+}
+
+void DirectAllocator::deallocate(void* ptr) {
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->live.find(ptr);
+    if (it == impl_->live.end())
+      throw InvalidInput(
+          "direct allocator: free of a pointer it did not hand out (or freed twice)");
+    size = it->second;
+    impl_->live.erase(it);
+    Stats& s = impl_->stats;
+    const auto n = static_cast<std::int64_t>(size);
+    for (CounterSet* c :
+         {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
+      c->all.sub(n);
+      c->large.sub(n);
+    }
+    for (CounterSet* c : {&s.allocation, &s.segment, &s.active}) {
+      c->all.sub(1);
+      c->large.sub(1);
+    }
+    s.num_device_free++;
+  }
+  impl_->device->deallocate(ptr, size);
+  emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), size);
+}
+
+Stats DirectAllocator::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+void DirectAllocator::reset_peak() {
+  std::lock_guard lock(impl_->mutex);
+  Stats& s = impl_->stats;
+  for (CounterSet* c : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes,
+                        &s.allocation, &s.segment, &s.active})
+    c->reset_peak();
+}
+
+std::string DirectAllocator::describe() const {
+  return "direct on " + impl_->device->name() + " (one segment per block, nothing cached)";
+}
+
+}  // namespace modelmem::alloc
