@@ -1,0 +1,56 @@
+// Turns a Graph and an execution order into a planning Problem: one buffer per block of
+// activation memory, live from the step of its first producer to the step after its last use.
+// Graph inputs live from step 0, graph outputs to the last step; weights go to a separate region
+// and are only summed. In-place: an elementwise op whose input dies at that node with the output's
+// size and type writes into it. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) share
+// their input's memory. O(nodes + tensors).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "modelmem/model/graph.hpp"
+#include "modelmem/problem.hpp"
+
+namespace modelmem::model {
+
+struct LifetimeOptions {
+  /// Execution order: a permutation of node indices in topological order; empty = stored order.
+  std::vector<int> order;
+  /// Bytes per element for float32 activations (4; 2 plans as fp16/bf16). Weights keep theirs.
+  std::size_t float_bytes = 4;
+  /// Every buffer is rounded up to and aligned on this many bytes (TFLite and ORT use 64).
+  std::size_t alignment = 64;
+  bool in_place = true;  ///< elementwise ops write into a dying input
+  bool alias = true;     ///< view ops share their input's memory
+};
+
+struct Lifetimes {
+  plan::Problem problem;       ///< the activation buffers, ids = first tensor's name
+  std::vector<int> buffer_of;  ///< per tensor: index into problem.buffers, -1 when none
+  std::vector<std::vector<int>> tensors_of;  ///< per buffer: the tensors sharing it
+  std::vector<int> order;                    ///< the execution order used (step s runs order[s])
+  std::vector<std::size_t> step_of_node;     ///< inverse of order
+  std::size_t weights_bytes = 0;             ///< sum of the initializers (stored precision)
+  std::size_t weights_count = 0;
+  std::size_t activation_bytes_unshared = 0;  ///< every activation its own memory, no reuse
+  std::size_t activation_count = 0;           ///< activation + input tensors with bytes > 0
+  std::size_t in_place = 0;                   ///< outputs written into a dying input
+  std::size_t aliases = 0;                    ///< view outputs sharing their input
+  std::size_t weight_views = 0;               ///< views of weights/constants (no activation memory)
+};
+
+/// Builds the lifetimes. Throws InvalidInput when `order` is not a topological permutation.
+Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options = {});
+
+/// Activation size of a tensor under `float_bytes` (float32 tensors scaled), unrounded.
+std::size_t activation_bytes(const Tensor& tensor, std::size_t float_bytes);
+
+/// Ops that may write their output into a dying input of the same size and type.
+bool is_in_place_op(const std::string& op_type);
+/// Ops whose output is a view of their first input.
+bool is_alias_op(const std::string& op_type);
+
+}  // namespace modelmem::model

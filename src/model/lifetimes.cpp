@@ -1,0 +1,213 @@
+#include "modelmem/model/lifetimes.hpp"
+
+#include <fmt/format.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::model {
+namespace {
+
+bool in_arena(const Tensor& t) {
+  return (t.kind == TensorKind::kActivation || t.kind == TensorKind::kInput) && t.bytes > 0;
+}
+
+struct Group {
+  std::size_t bytes = 0;
+  std::size_t start = 0;
+  std::size_t last = 0;  // last step at which a member is used (inclusive)
+  bool has_input = false;
+  std::vector<int> members;
+};
+
+}  // namespace
+
+bool is_in_place_op(const std::string& op) {
+  static const std::set<std::string> kOps = {"Relu",
+                                             "LeakyRelu",
+                                             "PRelu",
+                                             "Sigmoid",
+                                             "Tanh",
+                                             "Elu",
+                                             "Selu",
+                                             "Celu",
+                                             "HardSigmoid",
+                                             "HardSwish",
+                                             "Softplus",
+                                             "Softsign",
+                                             "ThresholdedRelu",
+                                             "Erf",
+                                             "Exp",
+                                             "Log",
+                                             "Neg",
+                                             "Abs",
+                                             "Sqrt",
+                                             "Reciprocal",
+                                             "Floor",
+                                             "Ceil",
+                                             "Round",
+                                             "Sign",
+                                             "Sin",
+                                             "Cos",
+                                             "Clip",
+                                             "Not",
+                                             "Add",
+                                             "Sub",
+                                             "Mul",
+                                             "Div",
+                                             "Pow",
+                                             "Max",
+                                             "Min",
+                                             "Sum",
+                                             "Mean",
+                                             "And",
+                                             "Or",
+                                             "Xor",
+                                             "Mish"};
+  return kOps.count(op) > 0;
+}
+
+bool is_alias_op(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+         op == "Identity";
+}
+
+std::size_t activation_bytes(const Tensor& t, std::size_t float_bytes) {
+  if (t.dtype != onnx::TensorProto::FLOAT || float_bytes == 4 || t.element_size == 0)
+    return t.bytes;
+  return t.bytes / t.element_size * float_bytes;
+}
+
+Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
+  const std::size_t n = graph.nodes.size();
+  Lifetimes lt;
+  lt.problem.name = graph.source;
+  if (options.order.empty()) {
+    lt.order.resize(n);
+    std::iota(lt.order.begin(), lt.order.end(), 0);
+  } else {
+    lt.order = options.order;
+  }
+  if (lt.order.size() != n) throw InvalidInput("execution order: wrong number of nodes");
+  lt.step_of_node.assign(n, n);
+  for (std::size_t s = 0; s < n; ++s) {
+    int v = lt.order[s];
+    if (v < 0 || static_cast<std::size_t>(v) >= n || lt.step_of_node[v] != n)
+      throw InvalidInput("execution order: not a permutation of the nodes");
+    lt.step_of_node[v] = s;
+  }
+  for (std::size_t v = 0; v < n; ++v) {
+    for (int t : graph.nodes[v].inputs) {
+      if (t < 0) continue;
+      int p = graph.tensors[t].producer;
+      if (p >= 0 && lt.step_of_node[p] >= lt.step_of_node[v])
+        throw InvalidInput(fmt::format("execution order: {} runs before its input '{}' is produced",
+                                       graph.describe_node(static_cast<int>(v)),
+                                       graph.tensors[t].name));
+    }
+  }
+  if (options.alignment == 0) throw InvalidInput("alignment must be positive");
+
+  const std::size_t last_step = n == 0 ? 0 : n - 1;
+  std::vector<std::size_t> first(graph.tensors.size(), 0), last(graph.tensors.size(), 0);
+  std::vector<std::size_t> size(graph.tensors.size(), 0);
+  for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+    const Tensor& t = graph.tensors[i];
+    if (t.kind == TensorKind::kWeight) {
+      lt.weights_bytes = checked_add(lt.weights_bytes, t.bytes, "weights bytes");
+      ++lt.weights_count;
+    }
+    if (!in_arena(t)) continue;
+    size[i] = activation_bytes(t, options.float_bytes);
+    first[i] = t.producer >= 0 ? lt.step_of_node[t.producer] : 0;
+    last[i] = first[i];
+    for (int c : t.consumers) last[i] = std::max(last[i], lt.step_of_node[c]);
+    if (t.graph_output) last[i] = last_step;
+  }
+
+  lt.buffer_of.assign(graph.tensors.size(), -1);
+  std::vector<int> group_of(graph.tensors.size(), -1);
+  std::vector<bool> weight_view(graph.tensors.size(), false);
+  std::vector<Group> groups;
+  auto join = [&](int tensor, int g) {
+    group_of[tensor] = g;
+    groups[g].members.push_back(tensor);
+    groups[g].last = std::max(groups[g].last, last[tensor]);
+  };
+  for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+    if (graph.tensors[i].kind == TensorKind::kInput && in_arena(graph.tensors[i])) {
+      groups.push_back(Group{size[i], 0, 0, true, {}});
+      join(static_cast<int>(i), static_cast<int>(groups.size()) - 1);
+    }
+  }
+  for (std::size_t s = 0; s < n; ++s) {
+    const Node& node = graph.nodes[lt.order[s]];
+    std::vector<bool> claimed(groups.size() + node.outputs.size(), false);
+    for (std::size_t k = 0; k < node.outputs.size(); ++k) {
+      int o = node.outputs[k];
+      if (o < 0 || !in_arena(graph.tensors[o])) continue;
+      int g = -1;
+      if (options.alias && k == 0 && is_alias_op(node.op_type) && !node.inputs.empty() &&
+          node.inputs[0] >= 0) {
+        int in = node.inputs[0];
+        const Tensor& src = graph.tensors[in];
+        if (!in_arena(src) || weight_view[in]) {
+          if (src.kind == TensorKind::kWeight || src.kind == TensorKind::kConstant ||
+              weight_view[in]) {
+            weight_view[o] = true;  // a view of the weights region: no activation memory
+            ++lt.weight_views;
+            continue;
+          }
+        } else if (size[in] == size[o]) {
+          g = group_of[in];
+          ++lt.aliases;
+        }
+      }
+      if (g < 0 && options.in_place && is_in_place_op(node.op_type)) {
+        for (int in : node.inputs) {
+          if (in < 0 || group_of[in] < 0) continue;
+          const Group& cand = groups[group_of[in]];
+          if (cand.has_input || cand.last != s || claimed[group_of[in]]) continue;
+          if (graph.tensors[in].dtype != graph.tensors[o].dtype || size[in] != size[o]) continue;
+          g = group_of[in];
+          ++lt.in_place;
+          break;
+        }
+      }
+      if (g < 0) {
+        groups.push_back(Group{size[o], s, s, false, {}});
+        g = static_cast<int>(groups.size()) - 1;
+        claimed.resize(groups.size() + node.outputs.size(), false);
+      }
+      claimed[g] = true;
+      join(o, g);
+    }
+  }
+
+  lt.tensors_of.reserve(groups.size());
+  for (const Group& g : groups) {
+    plan::Buffer b;
+    b.id = graph.tensors[g.members.front()].name;
+    b.size = checked_align_up(g.bytes, options.alignment, "activation buffer size");
+    b.start = static_cast<plan::Time>(g.start);
+    b.end = static_cast<plan::Time>(g.last + 1);
+    b.alignment = options.alignment;
+    for (int m : g.members) lt.buffer_of[m] = static_cast<int>(lt.problem.buffers.size());
+    lt.problem.buffers.push_back(std::move(b));
+    lt.tensors_of.push_back(g.members);
+  }
+  for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+    if (!in_arena(graph.tensors[i])) continue;
+    ++lt.activation_count;
+    lt.activation_bytes_unshared = checked_add(
+        lt.activation_bytes_unshared,
+        checked_align_up(size[i], options.alignment, "activation size"), "activation bytes");
+  }
+  return lt;
+}
+
+}  // namespace modelmem::model

@@ -1,0 +1,304 @@
+#include "modelmem/model/report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+
+#include "modelmem/error.hpp"
+
+namespace modelmem::model {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// First and last step (inclusive) of each arena tensor, as build_lifetimes computed them.
+std::pair<std::size_t, std::size_t> tensor_steps(const Graph& g, const Lifetimes& lt, int t) {
+  const Tensor& tensor = g.tensors[t];
+  std::size_t first = tensor.producer >= 0 ? lt.step_of_node[tensor.producer] : 0;
+  std::size_t last = first;
+  for (int c : tensor.consumers) last = std::max(last, lt.step_of_node[c]);
+  if (tensor.graph_output && !g.nodes.empty()) last = g.nodes.size() - 1;
+  return {first, last};
+}
+
+std::string escape_script(std::string text) {
+  // Inside <script> only "</" can end the element early; "<\/" is the same JSON string.
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/') out += '\\';
+  }
+  return out;
+}
+
+std::string escape_html(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelPlan plan_model(const Graph& graph, const LifetimeOptions& lifetimes,
+                     const std::string& solver, const plan::SolveOptions& options) {
+  ModelPlan mp;
+  mp.lifetimes = build_lifetimes(graph, lifetimes);
+  const plan::Problem& problem = mp.lifetimes.problem;
+  mp.lower_bound = plan::lower_bound(problem);
+  mp.peak = plan::peak(problem);
+  mp.solve = plan::solve(problem, solver, options);
+  if (!mp.solve.plan)
+    throw Error(
+        fmt::format("{}: solver {} found no plan ({})", graph.source, solver, mp.solve.note));
+  auto v = plan::validate(problem, *mp.solve.plan);
+  if (!v)
+    throw Error(
+        fmt::format("{}: solver {} returned an invalid plan: {}", graph.source, solver, v.message));
+  return mp;
+}
+
+nlohmann::json plan_json(const Graph& graph, const ModelPlan& mp) {
+  const Lifetimes& lt = mp.lifetimes;
+  const plan::Plan& plan = *mp.solve.plan;
+  nlohmann::json j;
+  j["model"] = graph.source;
+  j["dims"] = graph.dims;
+  j["arena_bytes"] = plan.arena_size;
+  j["weights_bytes"] = lt.weights_bytes;
+  j["lower_bound_bytes"] = mp.lower_bound;
+  j["solver"] = mp.solve.solver;
+  j["peak_step"] = mp.peak.step;
+  auto& steps = j["steps"] = nlohmann::json::array();
+  for (int v : lt.order) steps.push_back(graph.nodes[v].name);
+  auto& buffers = j["buffers"] = nlohmann::json::array();
+  for (std::size_t b = 0; b < lt.problem.buffers.size(); ++b) {
+    const auto& buf = lt.problem.buffers[b];
+    buffers.push_back({{"id", buf.id},
+                       {"size", buf.size},
+                       {"offset", plan.offsets[b]},
+                       {"start", buf.start},
+                       {"end", buf.end}});
+  }
+  auto& tensors = j["tensors"] = nlohmann::json::array();
+  for (std::size_t t = 0; t < graph.tensors.size(); ++t) {
+    int b = lt.buffer_of[t];
+    if (b < 0) continue;
+    auto [first, last] = tensor_steps(graph, lt, static_cast<int>(t));
+    tensors.push_back({{"name", graph.tensors[t].name},
+                       {"size", lt.problem.buffers[b].size},
+                       {"offset", plan.offsets[b]},
+                       {"first", first},
+                       {"last", last},
+                       {"buffer", b}});
+  }
+  return j;
+}
+
+std::string plan_html(const Graph& graph, const ModelPlan& mp, const std::string& title) {
+  const Lifetimes& lt = mp.lifetimes;
+  const plan::Plan& plan = *mp.solve.plan;
+  nlohmann::json data;
+  data["steps"] = lt.order.size();
+  data["arena_bytes"] = plan.arena_size;
+  data["lower_bound"] = mp.lower_bound;
+  data["weights_bytes"] = lt.weights_bytes;
+  data["peak_step"] = mp.peak.step;
+  data["solver"] = mp.solve.solver;
+  auto& names = data["step_names"] = nlohmann::json::array();
+  for (int v : lt.order) names.push_back(graph.describe_node(v));
+  auto& buffers = data["buffers"] = nlohmann::json::array();
+  for (std::size_t b = 0; b < lt.problem.buffers.size(); ++b) {
+    const auto& buf = lt.problem.buffers[b];
+    nlohmann::json members = nlohmann::json::array();
+    for (int t : lt.tensors_of[b]) members.push_back(graph.tensors[t].name);
+    buffers.push_back({{"offset", plan.offsets[b]},
+                       {"size", buf.size},
+                       {"start", buf.start},
+                       {"end", buf.end},
+                       {"tensors", members}});
+  }
+  static const char* kPage = R"html(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 16px; }}
+svg {{ border: 1px solid #bbb; background: #fafafa; }}
+rect.buf {{ stroke: #222; stroke-width: 0.4; }}
+rect.buf:hover {{ fill: #ff8c00; }}
+#info {{ font-family: monospace; white-space: pre; min-height: 3em; }}
+</style></head>
+<body data-status="loading">
+<h1>{title}</h1>
+<p id="summary"></p>
+<svg id="plan" xmlns="http://www.w3.org/2000/svg" role="img"></svg>
+<div id="info">hover a rectangle: tensors, size, address, steps</div>
+<p id="status"></p>
+<script type="application/json" id="data">{data}</script>
+<script>
+window.addEventListener('error', function (e) {{
+  document.body.setAttribute('data-status', 'error: ' + e.message);
+}});
+(function () {{
+  var d = JSON.parse(document.getElementById('data').textContent);
+  var W = 1000, H = 560, L = 80, T = 12, B = 44, NS = 'http://www.w3.org/2000/svg';
+  var svg = document.getElementById('plan');
+  svg.setAttribute('width', W + L + 20);
+  svg.setAttribute('height', H + T + B);
+  var steps = Math.max(1, d.steps), arena = Math.max(1, d.arena_bytes);
+  function x(s) {{ return L + s * W / steps; }}
+  function y(a) {{ return T + H - a * H / arena; }}
+  function el(name, attrs, parent) {{
+    var e = document.createElementNS(NS, name);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    parent.appendChild(e);
+    return e;
+  }}
+  function mib(b) {{ return (b / 1048576).toFixed(2) + ' MiB'; }}
+  el('rect', {{x: L, y: T, width: W, height: H, fill: 'none', stroke: '#888'}}, svg);
+  var info = document.getElementById('info');
+  d.buffers.forEach(function (b, i) {{
+    var hue = (i * 137.508) % 360;
+    var r = el('rect', {{'class': 'buf', x: x(b.start), y: y(b.offset + b.size),
+      width: Math.max(0.5, x(b.end) - x(b.start)), height: Math.max(0.5, b.size * H / arena),
+      fill: 'hsl(' + hue + ',60%,70%)'}}, svg);
+    var text = b.tensors.join(', ') + '\n' + b.size + ' B (' + mib(b.size) + ') at offset ' +
+      b.offset + ', steps ' + b.start + '..' + (b.end - 1);
+    el('title', {{}}, r).textContent = text;
+    r.addEventListener('mouseover', function () {{ info.textContent = text; }});
+  }});
+  var px = x(d.peak_step + 0.5);
+  el('line', {{x1: px, x2: px, y1: T, y2: T + H, stroke: '#d00', 'stroke-width': 1.5,
+    'stroke-dasharray': '5,3'}}, svg);
+  el('text', {{x: px + 4, y: T + 14, fill: '#d00', 'font-size': 12}}, svg).textContent =
+    'peak: step ' + d.peak_step + ' ' + (d.step_names[d.peak_step] || '') + ', ' + mib(d.lower_bound);
+  el('text', {{x: L + W / 2, y: T + H + 32, 'text-anchor': 'middle', 'font-size': 13}}, svg)
+    .textContent = 'time (steps 0..' + (steps - 1) + ')';
+  el('text', {{x: 14, y: T + H / 2, 'font-size': 13, transform: 'rotate(-90 14 ' + (T + H / 2) + ')',
+    'text-anchor': 'middle'}}, svg).textContent = 'address (0..' + mib(arena) + ')';
+  document.getElementById('summary').textContent = d.buffers.length + ' buffers, arena ' +
+    mib(d.arena_bytes) + ' (' + d.solver + '), lower bound ' + mib(d.lower_bound) +
+    ', weights ' + mib(d.weights_bytes) + ' (separate region)';
+  document.getElementById('status').textContent = 'rendered-ok';
+  document.body.setAttribute('data-status', 'rendered-ok');
+}})();
+</script>
+</body></html>
+)html";
+  return fmt::format(fmt::runtime(kPage), fmt::arg("title", escape_html(title)),
+                     fmt::arg("data", escape_script(data.dump())));
+}
+
+std::string guess_family(const Graph& graph) {
+  std::map<std::string, std::size_t> ops;
+  for (const auto& n : graph.nodes) ++ops[n.op_type];
+  if (ops["ConvTranspose"] > 0) return "gan";
+  if (ops["Softmax"] > 0 && ops["MatMul"] + ops["Gemm"] >= ops["Conv"]) return "transformer";
+  if (ops["Conv"] > 0) return "cnn";
+  return "transformer";
+}
+
+FamilyPreset seed_preset(const std::string& family) {
+  if (family == "cnn") return {family, 512 * kMiB, 1.2};
+  if (family == "transformer") return {family, 1024 * kMiB, 1.5};
+  if (family == "gan") return {family, 2048 * kMiB, 1.3};
+  throw InvalidInput(fmt::format("unknown model family '{}' (cnn, transformer, gan)", family));
+}
+
+BucketSpec parse_buckets(const std::string& text) {
+  BucketSpec spec;
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw InvalidInput(fmt::format("--buckets '{}': expected DIM=V1,V2,...", text));
+  spec.dim = text.substr(0, eq);
+  std::size_t pos = eq + 1;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    std::int64_t v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v <= 0)
+      throw InvalidInput(fmt::format("--buckets '{}': '{}' is not a positive integer", text, item));
+    spec.values.push_back(v);
+    pos = comma + 1;
+  }
+  std::sort(spec.values.begin(), spec.values.end());
+  spec.values.erase(std::unique(spec.values.begin(), spec.values.end()), spec.values.end());
+  return spec;
+}
+
+std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions& load,
+                                     const BucketSpec& buckets, const LifetimeOptions& lifetimes,
+                                     const std::string& solver, const plan::SolveOptions& options) {
+  std::vector<BucketPlan> out;
+  for (std::int64_t v : buckets.values) {
+    LoadOptions o = load;
+    o.dims[buckets.dim] = v;
+    Graph g = load_onnx(path, o);
+    LifetimeOptions lo = lifetimes;
+    lo.order.clear();  // an order found for one bucket's graph is not reused for another
+    ModelPlan mp = plan_model(g, lo, solver, options);
+    out.push_back({v, mp.solve.plan->arena_size, mp.lower_bound, mp.lifetimes.weights_bytes});
+  }
+  return out;
+}
+
+std::vector<std::int64_t> read_lengths(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
+  std::vector<std::int64_t> out;
+  std::string line;
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    auto e = line.find_last_not_of(" \t\r");
+    std::string item = line.substr(b, e - b + 1);
+    std::int64_t v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || p != item.data() + item.size() || v <= 0)
+      throw InvalidInput(
+          fmt::format("{}:{}: '{}' is not a positive request length", path, number, item));
+    out.push_back(v);
+  }
+  if (out.empty()) throw InvalidInput(fmt::format("{}: no request lengths", path));
+  return out;
+}
+
+PaddingReport padding_waste(const BucketSpec& buckets, const std::vector<std::int64_t>& lengths) {
+  PaddingReport r;
+  r.per_bucket.assign(buckets.values.size(), 0);
+  for (std::int64_t len : lengths) {
+    ++r.requests;
+    auto it = std::lower_bound(buckets.values.begin(), buckets.values.end(), len);
+    if (it == buckets.values.end()) {
+      ++r.too_long;
+      continue;
+    }
+    ++r.per_bucket[it - buckets.values.begin()];
+    r.tokens += static_cast<std::uint64_t>(len);
+    r.padded_tokens += static_cast<std::uint64_t>(*it);
+  }
+  return r;
+}
+
+}  // namespace modelmem::model
