@@ -168,52 +168,122 @@ Step step(const Model& m, int v, std::size_t live, Remaining remaining) {
   return {live + added, after};
 }
 
-std::optional<std::vector<int>> exact_order(const Model& m, std::size_t max_states) {
+// Nodes that neither read nor write arena memory (views of weights, for instance) cannot change
+// a peak; they run first, in stored order (their inputs are weights or other such nodes), and
+// the searches leave them out: each one would otherwise double the number of node sets.
+std::vector<bool> neutral_nodes(const Model& m) {
+  std::vector<bool> neutral(m.outputs.size());
+  for (std::size_t v = 0; v < m.outputs.size(); ++v) {
+    bool reads_arena_producer = false;
+    for (int p : m.preds[v])
+      if (!neutral[p]) reads_arena_producer = true;
+    neutral[v] = m.outputs[v].empty() && m.inputs[v].empty() && !reads_arena_producer;
+  }
+  return neutral;
+}
+
+// Dynamic program over the sets of executed nodes (downsets), level by level. Live bytes after a
+// set do not depend on the order, so per set only the lowest peak so far matters. Exact; gives
+// up (nullopt) past max_states sets. Graphs made of a chain of small blocks (ResNet, BERT) have
+// few sets per level.
+std::optional<std::vector<int>> exact_order(const Model& m, const std::vector<bool>& neutral,
+                                            std::size_t max_states) {
   const std::size_t n = m.outputs.size();
-  if (n == 0 || n > 64) return std::nullopt;
-  std::vector<std::uint64_t> pred_mask(n, 0);
+  const std::size_t words = (n + 63) / 64;
+  std::vector<std::vector<int>> users(n);
   for (std::size_t v = 0; v < n; ++v)
-    for (int p : m.preds[v]) pred_mask[v] |= std::uint64_t{1} << p;
-  struct Entry {
-    std::size_t peak;
-    std::size_t live;
-    std::uint64_t parent;
+    for (int p : m.preds[v]) users[p].push_back(static_cast<int>(v));
+  std::mt19937_64 rng(4242);
+  std::vector<std::uint64_t> zobrist(n);
+  for (auto& z : zobrist) z = rng();
+
+  struct State {
+    std::vector<std::uint64_t> set;
+    std::vector<int> ready;
+    std::size_t peak, live;
+    std::uint64_t hash;
+  };
+  struct Link {
+    std::size_t parent;
     int node;
   };
-  std::vector<std::unordered_map<std::uint64_t, Entry>> levels(n + 1);
-  levels[0][0] = {m.initial_live, m.initial_live, 0, -1};
+  auto has = [](const std::vector<std::uint64_t>& set, int v) {
+    return set[v >> 6] >> (v & 63) & 1;
+  };
+  State init{std::vector<std::uint64_t>(words, 0), {}, m.initial_live, m.initial_live, 0};
+  std::size_t searched = 0;
+  for (std::size_t v = 0; v < n; ++v) {
+    if (neutral[v]) {
+      init.set[v >> 6] |= std::uint64_t{1} << (v & 63);
+      init.hash ^= zobrist[v];
+    } else {
+      ++searched;
+    }
+  }
+  for (std::size_t v = 0; v < n; ++v) {
+    if (neutral[v]) continue;
+    bool ok = true;
+    for (int p : m.preds[v]) ok = ok && has(init.set, p);
+    if (ok) init.ready.push_back(static_cast<int>(v));
+  }
+  std::vector<std::vector<Link>> links(searched + 1);
+  links[0].push_back({0, -1});
+  std::vector<State> level{std::move(init)};
   std::size_t states = 1;
-  for (std::size_t k = 0; k < n; ++k) {
-    for (const auto& [set, e] : levels[k]) {
-      auto remaining = [&, set = set](int c) {
+  for (std::size_t k = 0; k < searched; ++k) {
+    std::vector<State> next;
+    std::unordered_map<std::uint64_t, std::size_t> index;
+    for (std::size_t si = 0; si < level.size(); ++si) {
+      const State& st = level[si];
+      auto remaining = [&](int c) {
         int left = m.uses[c];
         for (int u : m.consumers[c])
-          if (set >> u & 1) --left;
+          if (has(st.set, u)) --left;
         return left;
       };
-      for (std::size_t v = 0; v < n; ++v) {
-        if ((set >> v & 1) || (pred_mask[v] & ~set)) continue;
-        Step s = step(m, static_cast<int>(v), e.live, remaining);
-        std::uint64_t next = set | (std::uint64_t{1} << v);
-        std::size_t peak = std::max(e.peak, s.peak);
-        auto [it, fresh] =
-            levels[k + 1].try_emplace(next, Entry{peak, s.live, set, static_cast<int>(v)});
-        if (fresh) {
-          if (++states > max_states) return std::nullopt;
-        } else if (peak < it->second.peak) {
-          it->second = Entry{peak, s.live, set, static_cast<int>(v)};
+      for (int v : st.ready) {
+        Step s = step(m, v, st.live, remaining);
+        std::size_t peak = std::max(st.peak, s.peak);
+        std::uint64_t hash = st.hash ^ zobrist[v];
+        auto [it, fresh] = index.try_emplace(hash, next.size());
+        if (!fresh) {
+          State& other = next[it->second];
+          // Same hash, different set: astronomically unlikely; give up rather than be wrong.
+          if (!(other.set[v >> 6] >> (v & 63) & 1)) return std::nullopt;
+          if (peak < other.peak) {
+            other.peak = peak;
+            links[k + 1][it->second] = {si, v};
+          }
+          continue;
         }
+        if (++states > max_states) return std::nullopt;
+        State child{st.set, {}, peak, s.live, hash};
+        child.set[v >> 6] |= std::uint64_t{1} << (v & 63);
+        for (int r : st.ready)
+          if (r != v) child.ready.push_back(r);
+        for (int u : users[v]) {
+          bool ok = !has(child.set, u);
+          for (int p : m.preds[u]) ok = ok && has(child.set, p);
+          if (ok && std::find(child.ready.begin(), child.ready.end(), u) == child.ready.end())
+            child.ready.push_back(u);
+        }
+        next.push_back(std::move(child));
+        links[k + 1].push_back({si, v});
       }
     }
-    levels[k].rehash(0);
+    if (next.empty()) return std::nullopt;
+    level = std::move(next);
   }
-  std::vector<int> order(n);
-  std::uint64_t set = levels[n].begin()->first;
-  for (std::size_t k = n; k > 0; --k) {
-    const Entry& e = levels[k].at(set);
-    order[k - 1] = e.node;
-    set = e.parent;
+  std::vector<int> order;
+  for (std::size_t v = 0; v < n; ++v)
+    if (neutral[v]) order.push_back(static_cast<int>(v));
+  std::vector<int> tail(searched);
+  std::size_t at = 0;
+  for (std::size_t k = searched; k > 0; --k) {
+    tail[k - 1] = links[k][at].node;
+    at = links[k][at].parent;
   }
+  order.insert(order.end(), tail.begin(), tail.end());
   return order;
 }
 
@@ -304,8 +374,9 @@ OrderResult memory_order(const Graph& graph, const LifetimeOptions& lifetimes,
 
   Model m = make_model(graph, opt);
   std::optional<std::vector<int>> found;
+  std::vector<bool> neutral = neutral_nodes(m);
   if (graph.nodes.size() <= options.exact_max_nodes) {
-    found = exact_order(m, options.exact_max_states);
+    found = exact_order(m, neutral, options.exact_max_states);
     result.exact = found.has_value();
   }
   if (!found) found = beam_order(m, std::max<std::size_t>(options.beam_width, 1));

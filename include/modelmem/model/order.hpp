@@ -1,7 +1,8 @@
 // Memory-aware execution order: searches a topological order of the graph whose peak of live
 // activation bytes (the plan's lower bound, with the same in-place and alias rules as
-// build_lifetimes) is lower than the stored order's. Small graphs get an exact dynamic program
-// over the sets of executed nodes; larger ones a bounded beam search. The result is never worse
+// build_lifetimes) is lower than the stored order's. An exact dynamic program over the sets of
+// executed nodes runs while the number of sets stays bounded (small graphs, and chains of small
+// blocks such as ResNet and BERT); otherwise a bounded beam search. The result is never worse
 // than the stored order (it is kept when nothing better is found). Single-threaded.
 #pragma once
 
@@ -15,8 +16,10 @@
 namespace modelmem::model {
 
 struct OrderOptions {
-  std::size_t exact_max_nodes = 64;       ///< larger graphs go to the beam search
-  std::size_t exact_max_states = 200000;  ///< the exact search gives up past this many node sets
+  /// The exact search runs on graphs up to this many nodes and gives up past exact_max_states
+  /// node sets (memory: about nodes/8 bytes each); the beam search takes over then.
+  std::size_t exact_max_nodes = 100000;
+  std::size_t exact_max_states = 300000;
   std::size_t beam_width = 8;
 };
 
