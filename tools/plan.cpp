@@ -136,8 +136,9 @@ int run_plan(const PlanArgs& args) {
   fmt::print("activations    {} tensors, {} without reuse ({})\n", lt.activation_count,
              bytes_text_plain(lt.activation_bytes_unshared),
              args.dtype == "fp32" ? "float32 as stored" : "float32 planned as " + args.dtype);
-  fmt::print("buffers        {} after {} in-place outputs and {} views ({} views of weights)\n",
-             lt.problem.buffers.size(), lt.in_place, lt.aliases, lt.weight_views);
+  fmt::print(
+      "buffers        {} after {} in-place outputs and {} views of activations ({} of weights)\n",
+      lt.problem.buffers.size(), lt.in_place, lt.aliases, lt.weight_views);
   if (runs.size() > 1) {
     fmt::print("solvers        {:<16} {:>14} {:>9} {:>10}\n", "solver", "arena bytes", "/ bound",
                "seconds");
@@ -192,7 +193,8 @@ int run_plan(const PlanArgs& args) {
   }
 
   if (buckets) {
-    auto plans = model::plan_buckets(args.model, load, *buckets, lifetimes, mp.solve.solver, solve);
+    auto plans = model::plan_buckets(args.model, load, *buckets, lifetimes,
+                                     args.solver == "all" ? "best" : args.solver, solve);
     std::size_t serving = 0;
     for (const auto& b : plans) {
       serving = std::max(serving, b.arena);
