@@ -160,10 +160,20 @@ TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
     p.buffers.push_back(
         {std::to_string(i), static_cast<std::size_t>(size(rng)) * 64, s, s + len(rng)});
   }
+  // exact seeds itself from the heuristics before its clock-limited search. Their cost depends
+  // on the build (sanitizers) and the machine's load, so it is measured here and allowed for;
+  // what must hold is that the search itself stops near its 0.2 s limit instead of running on.
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto th = std::chrono::steady_clock::now();
+  for (const auto& name : solver_names())
+    if (name != "exact" && name != "best") make_solver(name)->solve(p, quick());
+  double heuristics = seconds_since(th);
   auto t0 = std::chrono::steady_clock::now();
   SolveResult r = make_exact_solver()->solve(p, quick(0.2));
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(took, 1.5);
+  double took = seconds_since(t0);
+  EXPECT_LT(took, 1.5 + 2 * heuristics) << "heuristics alone took " << heuristics << " s";
   ASSERT_TRUE(r.plan);
   EXPECT_TRUE(validate(p, *r.plan));
   EXPECT_GE(r.plan->arena_size, r.lower_bound);
