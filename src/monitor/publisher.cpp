@@ -277,8 +277,11 @@ class Publisher {
     write_mu_.unlock();
   }
   void after_fork_child() {
-    // The thread did not survive the fork; forget it (its object is leaked on purpose: it
-    // cannot be joined). The mapping is the parent's: drop it without removing the name.
+    // The thread did not survive the fork; its object can be neither joined nor destroyed
+    // (a joinable std::thread terminates on destruction), so it is parked where it stays
+    // reachable for the child's lifetime. The mapping is the parent's: drop it without
+    // removing the name.
+    orphaned_after_fork_ = thread_;
     thread_ = nullptr;
     writer_.reset();
     if (base_ != nullptr) munmap(base_, bytes_);
@@ -310,6 +313,7 @@ class Publisher {
   std::int64_t owner_pid_ = 0;
   std::optional<SegmentWriter> writer_;
   std::thread* thread_ = nullptr;
+  std::thread* orphaned_after_fork_ = nullptr;  ///< the parent's thread object, in a child
 };
 
 }  // namespace
