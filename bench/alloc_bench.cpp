@@ -144,6 +144,12 @@ std::vector<Subject> subjects() {
                    return std::make_unique<ModelmemHeap>(
                        std::make_shared<modelmem::alloc::CachingAllocator>(host));
                  }});
+  out.push_back({"mm_caching_tc", [host](std::size_t) {
+                   modelmem::alloc::CachingOptions o;  // thread_cache_mb:8
+                   o.thread_cache_bytes = 8 * kMiB;
+                   return std::make_unique<ModelmemHeap>(
+                       std::make_shared<modelmem::alloc::CachingAllocator>(host, o));
+                 }});
   out.push_back({"mm_expandable", [host](std::size_t) {
                    modelmem::alloc::CachingOptions o;
                    o.expandable_segments = true;

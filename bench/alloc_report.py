@@ -10,7 +10,11 @@ import sys
 from collections import OrderedDict
 
 HEAPS = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "mm_system", "mm_static", "mm_caching",
-         "mm_expandable"]
+         "mm_caching_tc", "mm_expandable"]
+
+
+def ratio(v, heap):
+    return f"{v[heap] / v['mimalloc']:.2f}" if heap in v and "mimalloc" in v else "-"
 
 
 def size_name(n):
@@ -46,18 +50,17 @@ def main(paths):
     heaps = [h for h in HEAPS if any(h in v for v in list(hit.values()) + list(rand.values()))]
 
     print("ns (CPU) per alloc+free pair; cache hit = the same size freed and allocated again\n")
-    print("| size | threads | " + " | ".join(heaps) + " | mm_caching / mimalloc |")
-    print("|---" * (len(heaps) + 3) + "|")
+    print("| size | threads | " + " | ".join(heaps) +
+          " | mm_caching / mimalloc | mm_caching_tc / mimalloc |")
+    print("|---" * (len(heaps) + 4) + "|")
     for (size, threads), v in hit.items():
         cells = [f"{v[h]:.1f}" if h in v else "-" for h in heaps]
-        ratio = (f"{v['mm_caching'] / v['mimalloc']:.2f}"
-                 if "mm_caching" in v and "mimalloc" in v else "-")
-        print(f"| {size_name(size)} | {threads} | " + " | ".join(cells) + f" | {ratio} |")
+        print(f"| {size_name(size)} | {threads} | " + " | ".join(cells) +
+              f" | {ratio(v, 'mm_caching')} | {ratio(v, 'mm_caching_tc')} |")
     for threads, v in rand.items():
         cells = [f"{v[h]:.1f}" if h in v else "-" for h in heaps]
-        ratio = (f"{v['mm_caching'] / v['mimalloc']:.2f}"
-                 if "mm_caching" in v and "mimalloc" in v else "-")
-        print(f"| random 256 B..64 MiB | {threads} | " + " | ".join(cells) + f" | {ratio} |")
+        print(f"| random 256 B..64 MiB | {threads} | " + " | ".join(cells) +
+              f" | {ratio(v, 'mm_caching')} | {ratio(v, 'mm_caching_tc')} |")
 
     if trace:
         print("\nRecorded PyTorch traces replayed in order: ns (CPU) per pair, and for modelmem's "

@@ -13,6 +13,7 @@
 #include "modelmem/alloc/caching.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -21,21 +22,37 @@
 #include <memory_resource>
 #include <mutex>
 #include <set>
+#include <span>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "modelmem/error.hpp"
 
+#if defined(__linux__) && __has_include(<linux/membarrier.h>)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define MODELMEM_HAVE_MEMBARRIER 1
+#endif
+
 namespace modelmem::alloc {
 namespace {
 
 struct Segment;
+struct ThreadCache;
+
+// Where a block stands with respect to the thread caches. kTcLive: handed out and known to the
+// cache `tc_owner`, whose owner thread may take it back without the pool's lock; kTcParked:
+// freed into that cache (still counted as allocated by the pool, which does not touch it).
+enum : std::uint8_t { kTcNone = 0, kTcLive = 1, kTcParked = 2 };
 
 struct Block {
   std::uintptr_t addr = 0;
   std::size_t size = 0;
   std::size_t requested = 0;
+  std::size_t requested_counted = 0;  // what the pool's own statistics counted for it
   Stream stream = 0;
   Segment* segment = nullptr;
   Block* prev = nullptr;
@@ -46,6 +63,24 @@ struct Block {
   bool mapped = true;
   bool pending = false;
   bool small_request = false;  // which pool's statistics it counts in while in use
+  // Changed only with exclusive access to `tc_owner` (see ThreadCache); atomic so that the pool
+  // may read it under its lock while the owner thread works on its cache.
+  std::atomic<std::uint8_t> tc_state{kTcNone};
+  ThreadCache* tc_owner = nullptr;  // written under the pool's lock only
+
+  void reset() noexcept {
+    addr = 0;
+    size = requested = requested_counted = 0;
+    stream = 0;
+    segment = nullptr;
+    prev = next = nullptr;
+    free_tick = 0;
+    stream_uses.clear();
+    allocated = pending = small_request = false;
+    mapped = true;
+    tc_state.store(kTcNone, std::memory_order_relaxed);
+    tc_owner = nullptr;
+  }
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
   bool in_pool() const noexcept { return !allocated && !pending && mapped; }
@@ -80,6 +115,142 @@ struct Segment {
 
 constexpr std::size_t kNoLimit = std::numeric_limits<std::size_t>::max();
 constexpr int kFirstFitScan = 64;
+
+// ---------------------------------------------------------------- thread caches
+//
+// A thread cache parks blocks its owner thread frees and hands them back to the same thread
+// for the same (rounded size, stream) without taking the pool's lock. Everything in it is
+// plain data with one rule: exactly one party works on a cache at a time, either its owner
+// thread between enter() and leave(), or a thread holding the pool's lock between claim() and
+// unclaim() (to take parked blocks back on trim or out of memory, to settle a block that
+// another thread frees, to read nothing else). The owner never waits; a claimer waits for the
+// owner to leave. With membarrier(2) entering costs two plain stores and a load (the claimer
+// pays for the fence); without it, one atomic exchange.
+
+constexpr int kBins = 16;
+constexpr int kSlotsPerBin = 8;
+constexpr int kTableSize = 256;  // direct-mapped: pointer -> live block known to this cache
+
+struct ThreadCache {
+  std::atomic<int> busy{0};           // owner inside an operation (atomic mode: 2 = claimed)
+  std::atomic<int> claimed{0};        // membarrier mode: a claimer wants the cache
+  std::atomic<bool> orphaned{false};  // owner thread gone; a new thread may adopt the cache
+
+  struct Bin {
+    std::size_t size = 0;
+    Stream stream = 0;
+    int n = 0;
+    Block* slot[kSlotsPerBin] = {};
+  };
+  struct Entry {
+    std::uintptr_t ptr = 0;
+    Block* block = nullptr;
+  };
+  Bin bins[kBins];
+  Entry table[kTableSize];
+  int hint = 0;
+  std::size_t parked_bytes = 0;
+  // Totals, written with exclusive access, read by stats() at any time: parked (freed into
+  // the cache) and hits (handed out again): bytes, requested bytes, blocks.
+  std::atomic<std::int64_t> parks_b{0}, parks_r{0}, parks_n{0};
+  std::atomic<std::int64_t> hits_b{0}, hits_r{0}, hits_n{0};
+
+  static std::size_t slot_of(std::uintptr_t p) noexcept {
+    return ((p >> 9) ^ (p >> 17)) & (kTableSize - 1);
+  }
+  void remember(Block* b) noexcept { table[slot_of(b->addr)] = Entry{b->addr, b}; }
+  void forget(std::uintptr_t p) noexcept {
+    Entry& e = table[slot_of(p)];
+    if (e.ptr == p) e = Entry{};
+  }
+  // The bin for (size, stream); with `claim`, an empty bin is taken over if none matches.
+  [[gnu::always_inline]] Bin* bin(std::size_t size, Stream stream, bool claim) noexcept {
+    Bin* h = &bins[hint];
+    if (h->size == size && h->stream == stream) [[likely]]
+      return h;
+    return search(size, stream, claim);
+  }
+  [[gnu::noinline]] Bin* search(std::size_t size, Stream stream, bool claim) noexcept {
+    Bin* empty = nullptr;
+    for (int i = 0; i < kBins; ++i) {
+      Bin& b = bins[i];
+      if (b.size == size && b.stream == stream) {
+        hint = i;
+        return &b;
+      }
+      if (b.n == 0 && empty == nullptr) empty = &b;
+    }
+    if (!claim || empty == nullptr) return nullptr;
+    empty->size = size;
+    empty->stream = stream;
+    hint = static_cast<int>(empty - bins);
+    return empty;
+  }
+};
+
+void bump(std::atomic<std::int64_t>& a, std::int64_t v) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+}
+
+// Every pool gets an id that is never reused, so a thread's record of "my cache in pool N"
+// cannot be mistaken for a later pool at the same address.
+std::atomic<std::uint64_t> g_next_pool_id{1};
+
+struct CacheRef {
+  std::uint64_t pool_id;
+  std::shared_ptr<ThreadCache> cache;
+  std::shared_ptr<std::atomic<bool>> pool_alive;
+};
+
+thread_local std::uint64_t t_last_pool = 0;
+thread_local ThreadCache* t_last_cache = nullptr;
+thread_local bool t_exiting = false;
+
+// The thread's caches, one per pool it used. At thread exit each is marked orphaned (a later
+// thread adopts it, so thread churn does not grow the pool's list).
+struct ThreadCaches {
+  std::vector<CacheRef> refs;
+  ~ThreadCaches();
+};
+thread_local ThreadCaches t_caches;
+
+ThreadCaches::~ThreadCaches() {
+  t_exiting = true;
+  t_last_pool = 0;
+  t_last_cache = nullptr;
+  for (CacheRef& r : refs) r.cache->orphaned.store(true, std::memory_order_release);
+}
+
+#ifdef MODELMEM_HAVE_MEMBARRIER
+long membarrier_call(int cmd) {
+  return syscall(SYS_membarrier, cmd, 0, 0);
+}
+bool membarrier_available() {
+  static const bool ok = [] {
+    const long q = membarrier_call(MEMBARRIER_CMD_QUERY);
+    if (q < 0 || (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+    return membarrier_call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  }();
+  return ok;
+}
+// A full memory barrier on every running thread of the process.
+void fence_all_threads() {
+  if (membarrier_call(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  // A forked child has to register again.
+  if (membarrier_call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+      membarrier_call(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+    return;
+  if (membarrier_call(MEMBARRIER_CMD_GLOBAL) == 0) return;
+  std::fputs("modelmem: membarrier failed after it was available; cannot continue safely\n",
+             stderr);
+  std::abort();
+}
+#else
+bool membarrier_available() {
+  return false;
+}
+void fence_all_threads() {}
+#endif
 
 bool is_pow2(std::size_t v) {
   return v != 0 && (v & (v - 1)) == 0;
@@ -119,26 +290,36 @@ struct CachingAllocator::Impl {
   Stats stats_;
   std::uint64_t tick_ = 0;
 
+  // Thread caches (thread_cache_bytes > 0).
+  const std::uint64_t id_ = g_next_pool_id.fetch_add(1, std::memory_order_relaxed);
+  bool tc_on_ = false;
+  bool tc_fence_ = false;           // membarrier protocol (else one atomic exchange per operation)
+  std::size_t tc_max_request_ = 0;  // requests up to this size may be cache hits
+  bool plain_rounding_ = true;      // no roundup_power2_divisions: round to round_bytes
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
+  std::vector<std::shared_ptr<ThreadCache>> caches_;
+  // Corrections to the pool's own counters, which count parked blocks as allocated: blocks
+  // taken back from caches (not counted as freed a second time), and requested bytes of blocks
+  // a cache handed out again with another requested size, then freed through the lock.
+  std::int64_t steal_b_ = 0, steal_r_ = 0, steal_n_ = 0, fix_r_ = 0;
+
   // ---------------------------------------------------------------- small helpers
 
   FreeSet& pool_of(bool small) { return small ? small_ : large_; }
 
   void count(CounterSet& c, bool small, std::int64_t delta) {
     const PoolKind k = small ? PoolKind::kSmall : PoolKind::kLarge;
-    if (delta >= 0) {
-      c.all.add(delta);
-      c[k].add(delta);
-    } else {
-      c.all.sub(-delta);
-      c[k].sub(-delta);
-    }
+    if (delta >= 0)
+      c.add(k, delta);
+    else
+      c.sub(k, -delta);
   }
 
   Block* new_block() {
     if (spare_blocks_.empty()) return new Block;
     Block* b = spare_blocks_.back();
     spare_blocks_.pop_back();
-    *b = Block{};
+    b->reset();
     return b;
   }
   void delete_block(Block* b) {
@@ -159,6 +340,248 @@ struct CachingAllocator::Impl {
       count(stats_.inactive_split_bytes, b->segment->small, -static_cast<std::int64_t>(b->size));
       count(stats_.inactive_split, b->segment->small, -1);
     }
+  }
+
+  static void uncount(CounterSet& c, bool small, std::int64_t n) noexcept {
+    c.all.current -= n;
+    c[small ? PoolKind::kSmall : PoolKind::kLarge].current -= n;
+  }
+
+  // ---------------------------------------------------------------- thread caches
+
+  [[gnu::always_inline]] ThreadCache* current_cache() const noexcept {
+    if (t_last_pool == id_) [[likely]]
+      return t_last_cache;
+    return find_cache();
+  }
+  [[gnu::noinline]] ThreadCache* find_cache() const noexcept {
+    if (t_exiting) return nullptr;
+    for (const CacheRef& r : t_caches.refs)
+      if (r.pool_id == id_) {
+        t_last_pool = id_;
+        t_last_cache = r.cache.get();
+        return t_last_cache;
+      }
+    return nullptr;
+  }
+
+  // This thread's cache, adopted from an exited thread or made. Under mu_.
+  ThreadCache* own_cache_locked() noexcept {
+    if (ThreadCache* c = current_cache()) return c;
+    if (t_exiting) return nullptr;
+    try {
+      std::shared_ptr<ThreadCache> cache;
+      for (auto& c : caches_)
+        if (c->orphaned.load(std::memory_order_acquire)) {
+          cache = c;
+          break;
+        }
+      if (!cache) {
+        cache = std::make_shared<ThreadCache>();
+        caches_.push_back(cache);
+      }
+      auto& refs = t_caches.refs;
+      std::erase_if(
+          refs, [](const CacheRef& r) { return !r.pool_alive->load(std::memory_order_acquire); });
+      refs.push_back(CacheRef{id_, cache, alive_});
+      cache->orphaned.store(false, std::memory_order_relaxed);
+      t_last_pool = id_;
+      t_last_cache = cache.get();
+      return cache.get();
+    } catch (const std::bad_alloc&) {
+      return nullptr;  // no cache for this thread: everything goes through the lock
+    }
+  }
+
+  [[gnu::always_inline]] bool enter(ThreadCache& c) const noexcept {
+    if (tc_fence_) {
+      c.busy.store(1, std::memory_order_relaxed);
+      // The claimer's membarrier orders this store before the load on the CPU.
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (c.claimed.load(std::memory_order_acquire) == 0) return true;
+      c.busy.store(0, std::memory_order_release);
+      return false;
+    }
+    int expected = 0;
+    return c.busy.compare_exchange_strong(expected, 1, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
+  }
+  static void leave(ThreadCache& c) noexcept { c.busy.store(0, std::memory_order_release); }
+
+  // Exclusive access for a thread holding mu_ (waits for the owner to leave an operation).
+  void claim(std::span<const std::shared_ptr<ThreadCache>> caches) const {
+    if (caches.empty()) return;
+    if (tc_fence_) {
+      for (const auto& c : caches) c->claimed.store(1, std::memory_order_relaxed);
+      fence_all_threads();
+      for (const auto& c : caches)
+        while (c->busy.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+      return;
+    }
+    for (const auto& c : caches) {
+      int expected = 0;
+      while (!c->busy.compare_exchange_weak(expected, 2, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+        expected = 0;
+        std::this_thread::yield();
+      }
+    }
+  }
+  void unclaim(std::span<const std::shared_ptr<ThreadCache>> caches) const noexcept {
+    for (const auto& c : caches) {
+      if (tc_fence_)
+        c->claimed.store(0, std::memory_order_release);
+      else
+        c->busy.store(0, std::memory_order_release);
+    }
+  }
+  std::shared_ptr<ThreadCache> shared_of(ThreadCache* c) const {
+    for (const auto& p : caches_)
+      if (p.get() == c) return p;
+    return nullptr;
+  }
+
+  // A cache hit: a block this thread parked for the same (rounded size, stream).
+  [[gnu::always_inline]] void* cached_allocate(std::size_t size, Stream stream) {
+    if (size - 1 >= tc_max_request_) return nullptr;  // also size 0
+    ThreadCache* c = current_cache();
+    if (c == nullptr) return nullptr;
+    const std::size_t rounded =
+        plain_rounding_ ? (size + options_.round_bytes - 1) & ~(options_.round_bytes - 1)
+                        : round_size(size);
+    if (!enter(*c)) return nullptr;
+    std::uintptr_t addr = 0;
+    ThreadCache::Bin* bin = c->bin(rounded, stream, false);
+    if (bin != nullptr && bin->n > 0) {
+      Block* b = bin->slot[--bin->n];
+      bin->slot[bin->n] = nullptr;
+      c->parked_bytes -= b->size;
+      b->requested = size;
+      b->tc_state.store(kTcLive, std::memory_order_relaxed);
+      c->remember(b);
+      addr = b->addr;
+      bump(c->hits_b, static_cast<std::int64_t>(b->size));
+      bump(c->hits_r, static_cast<std::int64_t>(size));
+      bump(c->hits_n, 1);
+    }
+    leave(*c);
+    if (addr == 0) return nullptr;
+    owner_->emit(EventKind::kAlloc, addr, size, stream);
+    return reinterpret_cast<void*>(addr);
+  }
+
+  // Parks a block this thread's cache handed out (or the pool handed to this thread), if the
+  // cache has room; false = take the locked path.
+  [[gnu::always_inline]] bool cached_deallocate(void* ptr) {
+    ThreadCache* c = current_cache();
+    if (c == nullptr) return false;
+    if (!enter(*c)) return false;
+    const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+    ThreadCache::Entry& e = c->table[ThreadCache::slot_of(p)];
+    std::size_t bytes = 0;
+    Stream stream = 0;
+    if (e.ptr == p) {
+      Block* b = e.block;
+      ThreadCache::Bin* bin = c->parked_bytes + b->size <= options_.thread_cache_bytes
+                                  ? c->bin(b->size, b->stream, true)
+                                  : nullptr;
+      if (bin != nullptr && bin->n < kSlotsPerBin) {
+        e = ThreadCache::Entry{};
+        b->tc_state.store(kTcParked, std::memory_order_relaxed);
+        bin->slot[bin->n++] = b;
+        c->parked_bytes += b->size;
+        bytes = b->size;
+        stream = b->stream;
+        bump(c->parks_b, static_cast<std::int64_t>(b->size));
+        bump(c->parks_r, static_cast<std::int64_t>(b->requested));
+        bump(c->parks_n, 1);
+      }
+    }
+    leave(*c);
+    if (bytes == 0) return false;
+    owner_->emit(EventKind::kFree, p, bytes, stream);
+    return true;
+  }
+
+  // Under mu_: a block a thread cache knows becomes the pool's alone. False when it is parked,
+  // i.e. already freed.
+  bool detach(Block* b) {
+    if (b->tc_state.load(std::memory_order_relaxed) == kTcNone) return true;
+    ThreadCache* o = b->tc_owner;
+    std::shared_ptr<ThreadCache> foreign;
+    if (o != current_cache()) foreign = shared_of(o);
+    if (foreign) claim({&foreign, 1});
+    const bool live = b->tc_state.load(std::memory_order_relaxed) == kTcLive;
+    if (live) {
+      o->forget(b->addr);
+      b->tc_state.store(kTcNone, std::memory_order_relaxed);
+      b->tc_owner = nullptr;
+    }
+    if (foreign) unclaim({&foreign, 1});
+    return live;
+  }
+
+  // Under mu_: every parked block goes back to the pool. Returns the number of blocks.
+  std::size_t flush_thread_caches() {
+    if (caches_.empty()) return 0;
+    claim(caches_);
+    std::size_t n = 0;
+    for (const auto& c : caches_) {
+      for (ThreadCache::Bin& bin : c->bins) {
+        for (int i = 0; i < bin.n; ++i) {
+          Block* b = bin.slot[i];
+          bin.slot[i] = nullptr;
+          b->tc_state.store(kTcNone, std::memory_order_relaxed);
+          b->tc_owner = nullptr;
+          const bool small = b->small_request;
+          const auto bytes = static_cast<std::int64_t>(b->size);
+          const auto req = static_cast<std::int64_t>(b->requested_counted);
+          // The caller's free was counted when the block was parked.
+          uncount(stats_.allocated_bytes, small, bytes);
+          uncount(stats_.requested_bytes, small, req);
+          uncount(stats_.allocation, small, 1);
+          uncount(stats_.active_bytes, small, bytes);
+          uncount(stats_.active, small, 1);
+          steal_b_ += bytes;
+          steal_r_ += req;
+          ++steal_n_;
+          active_.erase(b->addr);
+          return_block(b, false);
+          ++n;
+        }
+        bin.n = 0;
+      }
+      c->parked_bytes = 0;
+    }
+    unclaim(caches_);
+    return n;
+  }
+
+  // The pool's counters count parked blocks as allocated; what callers hold is less.
+  void apply_thread_caches(Stats& s) const {
+    std::int64_t pb = 0, pr = 0, pn = 0, hb = 0, hr = 0, hn = 0;
+    for (const auto& c : caches_) {
+      pb += c->parks_b.load(std::memory_order_relaxed);
+      pr += c->parks_r.load(std::memory_order_relaxed);
+      pn += c->parks_n.load(std::memory_order_relaxed);
+      hb += c->hits_b.load(std::memory_order_relaxed);
+      hr += c->hits_r.load(std::memory_order_relaxed);
+      hn += c->hits_n.load(std::memory_order_relaxed);
+    }
+    auto adjust = [](CounterSet& set, std::int64_t parks, std::int64_t hits, std::int64_t fix,
+                     std::int64_t steal) {
+      for (Counter* k : {&set.all, &set.small}) {
+        k->current += hits - parks + fix + steal;
+        k->allocated += hits;
+        k->freed += parks - fix;
+        k->peak = std::max(k->peak, k->current);
+      }
+    };
+    adjust(s.allocated_bytes, pb, hb, 0, steal_b_);
+    adjust(s.active_bytes, pb, hb, 0, steal_b_);
+    adjust(s.requested_bytes, pr, hr, fix_r_, steal_r_);
+    adjust(s.allocation, pn, hn, 0, steal_n_);
+    adjust(s.active, pn, hn, 0, steal_n_);
   }
 
   // ---------------------------------------------------------------- sizes
@@ -290,10 +713,12 @@ struct CachingAllocator::Impl {
   }
 
   // A block comes back for good (freed with no other stream pending, or synchronized).
-  void return_block(Block* b) {
+  void return_block(Block* b, bool count_free = true) {
     const bool small = b->small_request;
-    count(stats_.active_bytes, small, -static_cast<std::int64_t>(b->size));
-    count(stats_.active, small, -1);
+    if (count_free) {
+      count(stats_.active_bytes, small, -static_cast<std::int64_t>(b->size));
+      count(stats_.active, small, -1);
+    }
     b->allocated = false;
     b->pending = false;
     b->stream_uses.clear();
@@ -612,7 +1037,39 @@ struct CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- the operations
 
+  // First rung of the out-of-memory ladder: blocks parked in thread caches go back to the pool,
+  // and with max_split_size, cached oversize blocks (never split, so never reused for smaller
+  // requests) are freed: the smallest one that covers the request, else the largest ones until
+  // their total does. Returns true when it freed or recovered anything.
+  bool release_parked_and_oversize(bool pool, std::size_t rounded) {
+    bool any = flush_thread_caches() > 0;
+    if (options_.max_split_size == kNoLimit || options_.expandable_segments) return any;
+    std::vector<Block*> oversize;
+    for (Block* b : pool_of(pool))
+      if (b->size >= options_.max_split_size && releasable(b)) oversize.push_back(b);
+    std::sort(oversize.begin(), oversize.end(),
+              [](const Block* a, const Block* b) { return a->size < b->size; });
+    auto fit = std::find_if(oversize.begin(), oversize.end(),
+                            [&](const Block* b) { return b->size >= rounded; });
+    if (fit != oversize.end()) {
+      release_block(*fit);
+      return true;
+    }
+    std::size_t freed = 0;
+    for (auto it = oversize.rbegin(); it != oversize.rend() && freed < rounded; ++it) {
+      freed += release_block(*it);
+      any = true;
+    }
+    return any;
+  }
+
   void* allocate(std::size_t size, Stream stream) {
+    if (tc_on_)
+      if (void* p = cached_allocate(size, stream)) return p;
+    return allocate_locked(size, stream);
+  }
+
+  [[gnu::noinline]] void* allocate_locked(std::size_t size, Stream stream) {
     if (size == 0) throw InvalidInput("allocate: size 0");
     std::lock_guard lock(mu_);
     const std::size_t rounded = round_size(size);
@@ -624,8 +1081,14 @@ struct CachingAllocator::Impl {
     if (b == nullptr) {
       garbage_collect();
       b = get_new(pool, stream, rounded);
+      if (b == nullptr && release_parked_and_oversize(pool, rounded)) {
+        // The out-of-memory ladder, first rung (see above), then try again.
+        ++stats_.num_alloc_retries;
+        b = find_free(pool, stream, rounded);
+        if (b == nullptr) b = get_new(pool, stream, rounded);
+      }
       if (b == nullptr) {
-        // The out-of-memory ladder: give back everything cached, then try once more.
+        // Second rung: give back everything cached, then try once more.
         release_all_cached();
         ++stats_.num_alloc_retries;
         b = get_new(pool, stream, rounded);
@@ -636,7 +1099,16 @@ struct CachingAllocator::Impl {
     b->allocated = true;
     b->small_request = small;
     b->requested = size;
+    b->requested_counted = size;
     active_.emplace(b->addr, b);
+    if (tc_on_ && small && b->size <= options_.thread_cache_bytes) {
+      // This thread may free it later without the lock.
+      if (ThreadCache* c = own_cache_locked()) {
+        b->tc_owner = c;
+        b->tc_state.store(kTcLive, std::memory_order_relaxed);
+        c->remember(b);
+      }
+    }
     const auto bytes = static_cast<std::int64_t>(b->size);
     count(stats_.allocated_bytes, small, bytes);
     count(stats_.requested_bytes, small, static_cast<std::int64_t>(size));
@@ -647,25 +1119,35 @@ struct CachingAllocator::Impl {
     return reinterpret_cast<void*>(b->addr);
   }
 
+  [[noreturn]] static void not_live(void* ptr, const char* what) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%s: pointer %p was not allocated by this caching pool or was already freed",
+                  what, ptr);
+    throw InvalidInput(buf);
+  }
+
+  // The live block at `ptr` (settled with any thread cache that knows it), or InvalidInput.
   Block* lookup(void* ptr, const char* what) {
     auto it = active_.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == active_.end()) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf,
-                    "%s: pointer %p was not allocated by this caching pool or was already freed",
-                    what, ptr);
-      throw InvalidInput(buf);
-    }
+    if (it == active_.end() || !detach(it->second)) not_live(ptr, what);
     return it->second;
   }
 
   void deallocate(void* ptr) {
+    if (tc_on_ && cached_deallocate(ptr)) return;
+    deallocate_locked(ptr);
+  }
+
+  [[gnu::noinline]] void deallocate_locked(void* ptr) {
     std::lock_guard lock(mu_);
     Block* b = lookup(ptr, "deallocate");
     active_.erase(b->addr);
     const bool small = b->small_request;
     count(stats_.allocated_bytes, small, -static_cast<std::int64_t>(b->size));
-    count(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested));
+    count(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested_counted));
+    fix_r_ +=
+        static_cast<std::int64_t>(b->requested_counted) - static_cast<std::int64_t>(b->requested);
     count(stats_.allocation, small, -1);
     owner_->emit(EventKind::kFree, b->addr, b->size, b->stream);
     if (!b->stream_uses.empty()) {
@@ -694,18 +1176,22 @@ struct CachingAllocator::Impl {
 
   void trim() {
     std::lock_guard lock(mu_);
+    flush_thread_caches();
     release_all_cached();
   }
 
   Stats stats() const {
     std::lock_guard lock(mu_);
     Stats s = stats_;
+    if (tc_on_) apply_thread_caches(s);
     s.largest_free_block = largest_free();
     return s;
   }
 
   void reset_peak() {
     std::lock_guard lock(mu_);
+    // Parked blocks count as allocated in the peaks: start from none.
+    flush_thread_caches();
     for (CounterSet* c : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
                           &stats_.inactive_split_bytes, &stats_.requested_bytes, &stats_.allocation,
                           &stats_.segment, &stats_.active, &stats_.inactive_split})
@@ -713,6 +1199,9 @@ struct CachingAllocator::Impl {
   }
 
   void release_everything() noexcept {
+    // Threads keep their caches until they exit, but never use them again: the id is gone.
+    alive_->store(false, std::memory_order_release);
+    caches_.clear();
     // Blocks still allocated are given back too: the pool owns the device memory.
     for (Segment* s : fixed_segments_) {
       device_->deallocate(reinterpret_cast<void*>(s->base), s->size);
@@ -796,6 +1285,10 @@ CachingAllocator::CachingAllocator(device::DevicePtr device, CachingOptions opti
   impl_ = std::make_unique<Impl>(this, std::move(device), std::move(options));
   Impl& im = *impl_;
   const auto& o = im.options_;
+  im.tc_on_ = o.thread_cache_bytes > 0;
+  im.tc_fence_ = im.tc_on_ && o.thread_cache_membarrier && membarrier_available();
+  im.tc_max_request_ = std::min(o.small_size, o.thread_cache_bytes);
+  im.plain_rounding_ = o.roundup_power2_divisions.empty();
   if (o.per_process_memory_fraction < 1.0 || o.garbage_collection_threshold > 0.0) {
     const std::size_t total = im.device_->memory_info().total;
     im.allowed_ =
@@ -891,7 +1384,11 @@ std::string CachingAllocator::describe() const {
   std::snprintf(buf, sizeof buf,
                 ", garbage_collection_threshold %g, per_process_memory_fraction %g",
                 o.garbage_collection_threshold, o.per_process_memory_fraction);
-  return s + buf;
+  s += buf;
+  if (o.thread_cache_bytes > 0)
+    s += ", thread cache " + mib(o.thread_cache_bytes) + " per thread (" +
+         (impl_->tc_fence_ ? "membarrier" : "atomic") + ")";
+  return s;
 }
 
 }  // namespace modelmem::alloc

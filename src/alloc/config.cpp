@@ -222,6 +222,10 @@ const std::vector<KeySpec>& key_table() {
         "cap on reserved memory as a fraction of the device's total (PyTorch's "
         "set_per_process_memory_fraction)"},
        check_fraction},
+      {{"thread_cache_mb", "0", "whole number",
+        "caching: per thread, up to this many MiB of freed small blocks are kept for the same "
+        "thread and handed back without the pool's lock (0 = off, as PyTorch)"},
+       check_count},
       {{"huge_pages", "False", "True | False",
         "host memory in 2 MiB pages where the system has them"},
        check_bool},
@@ -331,15 +335,16 @@ void check_combinations(const Config& c) {
     for (const char* k :
          {"device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb", "plan",
           "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
-          "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault"})
+          "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault",
+          "thread_cache_mb"})
       if (has(k)) bad(k, "has no effect with strategy:system (the C heap)");
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is system)");
   }
   if (strategy == "static") {
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is static)");
     if (has("fallback")) bad("fallback", "applies only with expandable_segments:True");
-    for (const char* k :
-         {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"})
+    for (const char* k : {"max_split_size_mb", "roundup_power2_divisions",
+                          "garbage_collection_threshold", "thread_cache_mb"})
       if (has(k)) bad(k, "applies only to strategy:caching (strategy is static)");
   }
   if (strategy != "planned")
@@ -351,6 +356,8 @@ void check_combinations(const Config& c) {
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is planned)");
     for (const char* k : {"fallback", "static_pool_mb", "plan", "model_type", "safety_factor"})
       if (has(k)) bad(k, "has no effect with strategy:planned");
+    if (has("thread_cache_mb") && c.get("planned_fallback") != "caching")
+      bad("thread_cache_mb", "applies to strategy:planned only with planned_fallback:caching");
   }
   if (strategy == "caching") {
     if (has("fallback") && !expandable)
@@ -542,6 +549,7 @@ CachingOptions caching_options(const Config& c) {
   o.garbage_collection_threshold = c.get_double("garbage_collection_threshold");
   o.per_process_memory_fraction = c.get_double("per_process_memory_fraction");
   o.expandable_segments = c.get_bool("expandable_segments");
+  o.thread_cache_bytes = c.get_size_mb("thread_cache_mb");
   return o;
 }
 
@@ -687,6 +695,7 @@ Built build(const Config& c, device::DevicePtr base) {
     setting("roundup_power2_divisions", c.get("roundup_power2_divisions"));
     setting("garbage_collection_threshold", c.get("garbage_collection_threshold"));
     setting("expandable_segments", o.expandable_segments ? "True" : "False");
+    setting("thread_cache_mb", c.get("thread_cache_mb"));
   };
   if (!options.expandable_segments) {
     caching_settings(options);

@@ -67,7 +67,9 @@ struct Param {
   std::size_t capacity;  // 0 = unlimited host
   std::size_t max_split;
   unsigned divisions;
-  bool pytorch_layout = false;  // expandable: split pools, no recycling
+  bool pytorch_layout = false;   // expandable: split pools, no recycling
+  std::size_t thread_cache = 0;  // thread_cache_bytes
+  bool membarrier = true;
 };
 
 class CachingRandom : public ::testing::TestWithParam<Param> {};
@@ -82,6 +84,8 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
   o.expandable_recycle = !prm.pytorch_layout;
   if (prm.max_split != 0) o.max_split_size = prm.max_split;
   if (prm.divisions != 0) o.roundup_power2_divisions = {{0, prm.divisions}};
+  o.thread_cache_bytes = prm.thread_cache;
+  o.thread_cache_membarrier = prm.membarrier;
   CachingAllocator a(dev, o);
 
   std::mt19937_64 rng(12345);
@@ -94,7 +98,11 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
     if ((op < 55 && live.size() < 40) || live.empty()) {
       std::size_t size;
       const unsigned kind = rng() % 100;
-      if (kind < 65) {
+      if (kind < 25) {
+        // A few sizes that come back often (thread-cache hits, exact-fit reuse).
+        constexpr std::size_t kCommon[] = {4 * kKiB, 64 * kKiB, 64 * kKiB - 100, 300 * kKiB};
+        size = kCommon[rng() % 4];
+      } else if (kind < 65) {
         size = 1 + rng() % (64 * kKiB);
       } else if (kind < 97) {
         size = 64 * kKiB + rng() % (1536 * kKiB);
@@ -166,17 +174,21 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Caching, CachingRandom,
-                         ::testing::Values(Param{"fixed", false, false, 0, 0, 0},
-                                           Param{"fixed_limited", false, false, 96 * kMiB, 0, 0},
-                                           Param{"fixed_max_split", false, false, 0, 8 * kMiB, 0},
-                                           Param{"fixed_pow2", false, false, 0, 0, 4},
-                                           Param{"expandable", true, false, 0, 0, 0},
-                                           Param{"expandable_2mib_pages", true, true, 0, 0, 0},
-                                           Param{"expandable_limited", true, true, 96 * kMiB, 0, 0},
-                                           Param{"expandable_pytorch_layout", true, true, 0, 0, 0,
-                                                 true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Caching, CachingRandom,
+    ::testing::Values(Param{"fixed", false, false, 0, 0, 0},
+                      Param{"fixed_limited", false, false, 96 * kMiB, 0, 0},
+                      Param{"fixed_max_split", false, false, 0, 8 * kMiB, 0},
+                      Param{"fixed_pow2", false, false, 0, 0, 4},
+                      Param{"expandable", true, false, 0, 0, 0},
+                      Param{"expandable_2mib_pages", true, true, 0, 0, 0},
+                      Param{"expandable_limited", true, true, 96 * kMiB, 0, 0},
+                      Param{"expandable_pytorch_layout", true, true, 0, 0, 0, true},
+                      Param{"fixed_thread_cache", false, false, 0, 0, 0, false, 2 * kMiB},
+                      Param{"fixed_limited_thread_cache_atomic", false, false, 96 * kMiB, 0, 0,
+                            false, 4 * kMiB, false},
+                      Param{"expandable_thread_cache", true, true, 0, 0, 0, false, 2 * kMiB}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace modelmem::alloc

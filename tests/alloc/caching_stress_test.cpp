@@ -67,11 +67,34 @@ bool intact(const Block& b) {
   return got == want && (b.size <= 8 || b.ptr[b.size - 1] == static_cast<unsigned char>(b.tag));
 }
 
-void stress(bool expandable) {
+// Blocks passed between threads: freed by a thread other than the one that allocated them.
+class Handoff {
+ public:
+  void put(const Block& b) {
+    std::lock_guard lock(mu_);
+    blocks_.push_back(b);
+  }
+  bool take(Block& out) {
+    std::lock_guard lock(mu_);
+    if (blocks_.empty()) return false;
+    out = blocks_.back();
+    blocks_.pop_back();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Block> blocks_;
+};
+
+void stress(bool expandable, std::size_t thread_cache = 0, bool membarrier = true) {
   CachingOptions o;
   o.expandable_segments = expandable;
+  o.thread_cache_bytes = thread_cache;
+  o.thread_cache_membarrier = membarrier;
   CachingAllocator a(device::make_host_device(), o);
   Shadow shadow;
+  Handoff handoff;
   const std::size_t ops = ops_per_thread();
   constexpr int kThreads = 8;
   std::atomic<int> failures{0};
@@ -85,7 +108,8 @@ void stress(bool expandable) {
         const unsigned op = rng() % 1000;
         if ((op < 520 && mine.size() < 32) || mine.empty()) {
           const unsigned kind = rng() % 100;
-          const std::size_t size = kind < 80   ? 1 + rng() % (32 * kKiB)
+          const std::size_t size = kind < 30   ? (1 + rng() % 4) * 16 * kKiB  // repeats
+                                   : kind < 80 ? 1 + rng() % (32 * kKiB)
                                    : kind < 99 ? 32 * kKiB + rng() % kMiB
                                                : 2 * kMiB + rng() % (10 * kMiB);
           const Stream stream = rng() % 3;
@@ -98,10 +122,20 @@ void stress(bool expandable) {
         } else if (op < 990) {
           const std::size_t k = rng() % mine.size();
           if (!intact(mine[k])) ++failures;
-          shadow.erase(reinterpret_cast<std::uintptr_t>(mine[k].ptr));
-          a.deallocate(mine[k].ptr);
+          if (rng() % 8 == 0) {
+            handoff.put(mine[k]);  // another thread frees it
+          } else {
+            shadow.erase(reinterpret_cast<std::uintptr_t>(mine[k].ptr));
+            a.deallocate(mine[k].ptr);
+          }
           mine[k] = mine.back();
           mine.pop_back();
+          Block other;
+          if (rng() % 2 == 0 && handoff.take(other)) {
+            if (!intact(other)) ++failures;
+            shadow.erase(reinterpret_cast<std::uintptr_t>(other.ptr));
+            a.deallocate(other.ptr);
+          }
         } else if (op < 995) {
           a.synchronize();
         } else if (op < 997) {
@@ -119,6 +153,11 @@ void stress(bool expandable) {
     });
   }
   for (auto& th : threads) th.join();
+  for (Block b; handoff.take(b);) {
+    if (!intact(b)) ++failures;
+    shadow.erase(reinterpret_cast<std::uintptr_t>(b.ptr));
+    a.deallocate(b.ptr);
+  }
   EXPECT_EQ(failures.load(), 0);
   a.synchronize();
   Stats s = a.stats();
@@ -136,6 +175,18 @@ TEST(CachingStress, EightThreadsFixedSegments) {
 
 TEST(ExpandableStress, EightThreadsExpandableSegments) {
   stress(true);
+}
+
+TEST(CachingStress, EightThreadsThreadCacheMembarrier) {
+  stress(false, 4 * kMiB, true);
+}
+
+TEST(CachingStress, EightThreadsThreadCacheAtomic) {
+  stress(false, 4 * kMiB, false);
+}
+
+TEST(ExpandableStress, EightThreadsThreadCache) {
+  stress(true, 4 * kMiB, true);
 }
 
 }  // namespace

@@ -128,6 +128,8 @@ TEST(ConfigParse, MalformedValuesNameTheKey) {
   EXPECT_REJECTED("per_process_memory_fraction:+0.5", "per_process_memory_fraction: expected a");
   EXPECT_REJECTED("huge_pages:on", "huge_pages: expected True or False");
   EXPECT_REJECTED("prefault:2", "prefault: expected True or False");
+  EXPECT_REJECTED("thread_cache_mb:-4", "thread_cache_mb: expected a whole");
+  EXPECT_REJECTED("thread_cache_mb:1.5", "thread_cache_mb: expected a whole");
 }
 
 TEST(ConfigParse, RoundupPower2DivisionsForms) {
@@ -187,6 +189,13 @@ TEST(ConfigParse, ConflictingCombinationsNameTheKey) {
   EXPECT_REJECTED("strategy:static,safety_factor:2", "safety_factor: needs model_type or plan");
   EXPECT_REJECTED("strategy:static,static_pool_mb:5,safety_factor:2",
                   "safety_factor: needs model_type or plan");
+  EXPECT_REJECTED("strategy:system,thread_cache_mb:4",
+                  "thread_cache_mb: has no effect with strategy:system");
+  EXPECT_REJECTED("strategy:static,static_pool_mb:1,thread_cache_mb:4",
+                  "thread_cache_mb: applies only to strategy:caching");
+  EXPECT_REJECTED(
+      "strategy:planned,thread_cache_mb:4",
+      "thread_cache_mb: applies to strategy:planned only with planned_fallback:caching");
 }
 
 TEST(ConfigBuild, StaticPoolsFromEverySizeSource) {
@@ -253,6 +262,19 @@ TEST(ConfigBuild, OtherStrategies) {
   EXPECT_EQ(caching.device->name(), "limited:0");
   EXPECT_EQ(caching.probe, "not run (expandable_segments:False)");
   caching.allocator->deallocate(caching.allocator->allocate(1 << 20));
+  EXPECT_EQ(pool->options().thread_cache_bytes, 0u) << "off by default, as PyTorch";
+
+  Built cached = build(parse_config("thread_cache_mb:8"));
+  auto* tc = dynamic_cast<CachingAllocator*>(cached.allocator.get());
+  ASSERT_NE(tc, nullptr);
+  EXPECT_EQ(tc->options().thread_cache_bytes, 8 * kMiB);
+  EXPECT_NE(tc->describe().find("thread cache 8.00 MiB per thread"), std::string::npos);
+  void* p = tc->allocate(64 * 1024);
+  tc->deallocate(p);
+  EXPECT_EQ(tc->allocate(64 * 1024), p) << "a hit from this thread's cache";
+  tc->deallocate(p);
+  EXPECT_NO_THROW(
+      build(parse_config("strategy:planned,planned_fallback:caching,thread_cache_mb:2")));
 
   Built host =
       build(parse_config("huge_pages:True,prefault:True,strategy:static,static_pool_mb:4"));

@@ -52,6 +52,15 @@ struct CachingOptions {
   /// Either way, allocation statistics keep the small / large split by request size; reserved
   /// and segment counts follow the range (the large pool's when shared).
   bool expandable_split_pools = false;
+  /// thread_cache_mb: per thread, up to this many bytes of freed small-pool blocks are parked
+  /// in a cache of the freeing thread and handed back to the same thread for the same (size,
+  /// stream) without taking the pool's lock. 0 = off (PyTorch's behaviour). See the class
+  /// comment for what it changes in the statistics.
+  std::size_t thread_cache_bytes = 0;
+  /// How the pool takes parked blocks back (trim, reset_peak, out of memory) and settles a
+  /// block that another thread frees: true = membarrier(2) where the kernel offers it, so a
+  /// cache hit costs no atomic read-modify-write; false = one atomic exchange per operation.
+  bool thread_cache_membarrier = true;
 };
 
 /// Thread-safe (one mutex). Alignment of returned blocks: round_bytes (512 by default).
@@ -63,9 +72,21 @@ struct CachingOptions {
 /// (it counts in active_bytes) until synchronize().
 ///
 /// Out of memory: when no cached block fits and the device refuses a new segment (or
-/// per_process_memory_fraction forbids it), every cached whole segment is returned and, with
-/// expandable segments, every free page unmapped; then the request is retried once
-/// (num_alloc_retries). If that fails too, OutOfMemory carries the numbers (num_ooms).
+/// per_process_memory_fraction forbids it), a ladder of two rungs, each followed by a retry
+/// (num_alloc_retries): (1) blocks parked in thread caches go back to the pool and, with
+/// max_split_size, cached oversize blocks are freed (the smallest that covers the request, else
+/// the largest until enough); (2) every cached whole segment is returned and, with expandable
+/// segments, every free page unmapped. If that fails too, OutOfMemory carries the numbers
+/// (num_ooms).
+///
+/// Thread caches (thread_cache_bytes > 0): a block freed by the thread that allocated it is
+/// parked in that thread's cache (bounded per thread) and a later request of the same rounded
+/// size and stream on that thread takes it back, without the lock. A double free is still an
+/// InvalidInput: a parked block is known to the pool as parked. Frees from another thread, and
+/// taking parked blocks back, go through the lock and wait for the owner thread to finish its
+/// current cache operation. Statistics: current values and totals count parked blocks as free;
+/// peaks count them as allocated (an upper bound, off by at most the parked bytes; reset_peak()
+/// and trim() take all parked blocks back first).
 ///
 /// With expandable segments, reserved_bytes counts mapped bytes, `segment` counts the
 /// reserved ranges, and num_device_alloc / num_device_free count map / unmap calls.
