@@ -38,6 +38,13 @@ struct Counter {
 
 enum class PoolKind : int { kAll = 0, kSmall = 1, kLarge = 2 };
 
+/// PyTorch's cut between the small and the large pool (requests of at most 1 MiB are small);
+/// strategies without pools of their own use it to split their statistics the same way.
+inline constexpr std::size_t kSmallRequestBytes = std::size_t{1} << 20;
+inline PoolKind pool_of_request(std::size_t bytes) noexcept {
+  return bytes <= kSmallRequestBytes ? PoolKind::kSmall : PoolKind::kLarge;
+}
+
 /// A counter for all pools together and for the small and large pools separately.
 struct CounterSet {
   Counter all, small, large;
@@ -46,6 +53,15 @@ struct CounterSet {
   }
   const Counter& operator[](PoolKind k) const noexcept {
     return k == PoolKind::kSmall ? small : k == PoolKind::kLarge ? large : all;
+  }
+  /// Adds to the total and to one pool's counter (kSmall or kLarge).
+  void add(PoolKind k, std::int64_t n) noexcept {
+    all.add(n);
+    (*this)[k].add(n);
+  }
+  void sub(PoolKind k, std::int64_t n) noexcept {
+    all.sub(n);
+    (*this)[k].sub(n);
   }
   void reset_peak() noexcept {
     all.reset_peak();

@@ -115,10 +115,8 @@ struct PlannedAllocator::Impl {
     Arena& a = arenas[index];
     if (a.base == nullptr) return;
     options.device->deallocate(a.base, a.size);
-    own.reserved_bytes.all.sub(static_cast<std::int64_t>(a.size));
-    own.reserved_bytes.large.sub(static_cast<std::int64_t>(a.size));
-    own.segment.all.sub(1);
-    own.segment.large.sub(1);
+    own.reserved_bytes.sub(PoolKind::kLarge, static_cast<std::int64_t>(a.size));
+    own.segment.sub(PoolKind::kLarge, 1);
     own.num_device_free++;
     a.base = nullptr;
     a.size = 0;
@@ -140,10 +138,8 @@ struct PlannedAllocator::Impl {
       auto* bytes_ptr = static_cast<volatile unsigned char*>(base);
       for (std::size_t off = 0; off < size; off += kPage) bytes_ptr[off] = 0;
     }
-    own.reserved_bytes.all.add(static_cast<std::int64_t>(size));
-    own.reserved_bytes.large.add(static_cast<std::int64_t>(size));
-    own.segment.all.add(1);
-    own.segment.large.add(1);
+    own.reserved_bytes.add(PoolKind::kLarge, static_cast<std::int64_t>(size));
+    own.segment.add(PoolKind::kLarge, 1);
     own.num_device_alloc++;
     pstats.arena_allocations++;
     if (current_arena != kNoArena && arenas[current_arena].live == 0) release_arena(current_arena);
@@ -469,16 +465,11 @@ void* PlannedAllocator::allocate(std::size_t size, Stream stream) {
   m.note_live(ptr, l);
   m.pstats.hits++;
   m.pstats.hit_bytes += size;
-  m.own.allocated_bytes.all.add(static_cast<std::int64_t>(rounded));
-  m.own.allocated_bytes.large.add(static_cast<std::int64_t>(rounded));
-  m.own.requested_bytes.all.add(static_cast<std::int64_t>(size));
-  m.own.requested_bytes.large.add(static_cast<std::int64_t>(size));
-  m.own.allocation.all.add(1);
-  m.own.allocation.large.add(1);
-  m.own.active.all.add(1);
-  m.own.active.large.add(1);
-  m.own.active_bytes.all.add(static_cast<std::int64_t>(rounded));
-  m.own.active_bytes.large.add(static_cast<std::int64_t>(rounded));
+  m.own.allocated_bytes.add(pool_of_request(size), static_cast<std::int64_t>(rounded));
+  m.own.requested_bytes.add(pool_of_request(size), static_cast<std::int64_t>(size));
+  m.own.allocation.add(pool_of_request(size), 1);
+  m.own.active.add(pool_of_request(size), 1);
+  m.own.active_bytes.add(pool_of_request(size), static_cast<std::int64_t>(rounded));
   emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(ptr), size, stream);
   return ptr;
 }
@@ -507,16 +498,11 @@ void PlannedAllocator::deallocate(void* ptr) {
     } else if (a.live == 0) {
       m.release_arena(l.arena);
     }
-    m.own.allocated_bytes.all.sub(static_cast<std::int64_t>(l.rounded));
-    m.own.allocated_bytes.large.sub(static_cast<std::int64_t>(l.rounded));
-    m.own.requested_bytes.all.sub(static_cast<std::int64_t>(l.requested));
-    m.own.requested_bytes.large.sub(static_cast<std::int64_t>(l.requested));
-    m.own.active.all.sub(1);
-    m.own.active.large.sub(1);
-    m.own.active_bytes.all.sub(static_cast<std::int64_t>(l.rounded));
-    m.own.active_bytes.large.sub(static_cast<std::int64_t>(l.rounded));
-    m.own.allocation.all.sub(1);
-    m.own.allocation.large.sub(1);
+    m.own.allocated_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.rounded));
+    m.own.requested_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.requested));
+    m.own.active.sub(pool_of_request(l.requested), 1);
+    m.own.active_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.rounded));
+    m.own.allocation.sub(pool_of_request(l.requested), 1);
   }
   emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), l.requested);
 }

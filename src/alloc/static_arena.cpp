@@ -20,22 +20,6 @@
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kSmallRequest = 1u << 20;  // PyTorch's small/large cut, for the statistics
-
-PoolKind pool_of(std::size_t bytes) {
-  return bytes <= kSmallRequest ? PoolKind::kSmall : PoolKind::kLarge;
-}
-
-void add(CounterSet& set, PoolKind kind, std::int64_t n) {
-  set.all.add(n);
-  set[kind].add(n);
-}
-
-void sub(CounterSet& set, PoolKind kind, std::int64_t n) {
-  set.all.sub(n);
-  set[kind].sub(n);
-}
-
 std::string hex(std::uintptr_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
@@ -122,8 +106,8 @@ struct StaticAllocator::Impl {
     std::int64_t want_count = live.empty() ? 0 : static_cast<std::int64_t>(free_by_offset.size());
     auto adjust = [&](CounterSet& set, std::int64_t want) {
       std::int64_t delta = want - set.all.current;
-      if (delta > 0) add(set, segment_pool, delta);
-      if (delta < 0) sub(set, segment_pool, -delta);
+      if (delta > 0) set.add(segment_pool, delta);
+      if (delta < 0) set.sub(segment_pool, -delta);
     };
     adjust(stats.inactive_split_bytes, want_bytes);
     adjust(stats.inactive_split, want_count);
@@ -156,9 +140,9 @@ StaticAllocator::StaticAllocator(device::DevicePtr device, StaticOptions options
                        " leaves no aligned space on " + m.device->name());
   }
   m.insert_free(0, m.usable);
-  m.segment_pool = pool_of(options.budget);
-  add(m.stats.reserved_bytes, m.segment_pool, static_cast<std::int64_t>(options.budget));
-  add(m.stats.segment, m.segment_pool, 1);
+  m.segment_pool = pool_of_request(options.budget);
+  m.stats.reserved_bytes.add(m.segment_pool, static_cast<std::int64_t>(options.budget));
+  m.stats.segment.add(m.segment_pool, 1);
   m.stats.num_device_alloc = 1;
   emit(EventKind::kSegmentAlloc, raw, options.budget);
 }
@@ -200,12 +184,12 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
 
   const std::uintptr_t address = m.base + offset;
   m.insert_live(address, Impl::Live{rounded, size});
-  PoolKind kind = pool_of(size);
-  add(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(rounded));
-  add(m.stats.active_bytes, kind, static_cast<std::int64_t>(rounded));
-  add(m.stats.requested_bytes, kind, static_cast<std::int64_t>(size));
-  add(m.stats.allocation, kind, 1);
-  add(m.stats.active, kind, 1);
+  PoolKind kind = pool_of_request(size);
+  m.stats.allocated_bytes.add(kind, static_cast<std::int64_t>(rounded));
+  m.stats.active_bytes.add(kind, static_cast<std::int64_t>(rounded));
+  m.stats.requested_bytes.add(kind, static_cast<std::int64_t>(size));
+  m.stats.allocation.add(kind, 1);
+  m.stats.active.add(kind, 1);
   m.update_split_counters();
   emit(EventKind::kAlloc, address, size, stream);
   return reinterpret_cast<void*>(address);
@@ -245,12 +229,12 @@ void StaticAllocator::deallocate(void* ptr) {
   }
   m.insert_free(offset, size);
 
-  PoolKind kind = pool_of(block.requested);
-  sub(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(block.size));
-  sub(m.stats.active_bytes, kind, static_cast<std::int64_t>(block.size));
-  sub(m.stats.requested_bytes, kind, static_cast<std::int64_t>(block.requested));
-  sub(m.stats.allocation, kind, 1);
-  sub(m.stats.active, kind, 1);
+  PoolKind kind = pool_of_request(block.requested);
+  m.stats.allocated_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+  m.stats.active_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+  m.stats.requested_bytes.sub(kind, static_cast<std::int64_t>(block.requested));
+  m.stats.allocation.sub(kind, 1);
+  m.stats.active.sub(kind, 1);
   m.update_split_counters();
   emit(EventKind::kFree, address, block.size);
 }

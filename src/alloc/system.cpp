@@ -14,26 +14,6 @@
 #include "modelmem/error.hpp"
 
 namespace modelmem::alloc {
-namespace {
-
-constexpr std::size_t kSmallRequest = 1u << 20;
-
-PoolKind pool_of(std::size_t bytes) {
-  return bytes <= kSmallRequest ? PoolKind::kSmall : PoolKind::kLarge;
-}
-
-void add(CounterSet& set, PoolKind kind, std::int64_t n) {
-  set.all.add(n);
-  set[kind].add(n);
-}
-
-void sub(CounterSet& set, PoolKind kind, std::int64_t n) {
-  set.all.sub(n);
-  set[kind].sub(n);
-}
-
-}  // namespace
-
 struct SystemAllocator::Impl {
   struct Live {
     std::size_t size;
@@ -90,14 +70,14 @@ void* SystemAllocator::allocate(std::size_t size, Stream stream) {
       node.mapped() = Impl::Live{rounded, size};
       m.live.insert(std::move(node));
     }
-    PoolKind kind = pool_of(size);
-    add(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(rounded));
-    add(m.stats.reserved_bytes, kind, static_cast<std::int64_t>(rounded));
-    add(m.stats.active_bytes, kind, static_cast<std::int64_t>(rounded));
-    add(m.stats.requested_bytes, kind, static_cast<std::int64_t>(size));
-    add(m.stats.allocation, kind, 1);
-    add(m.stats.active, kind, 1);
-    add(m.stats.segment, kind, 1);
+    PoolKind kind = pool_of_request(size);
+    m.stats.allocated_bytes.add(kind, static_cast<std::int64_t>(rounded));
+    m.stats.reserved_bytes.add(kind, static_cast<std::int64_t>(rounded));
+    m.stats.active_bytes.add(kind, static_cast<std::int64_t>(rounded));
+    m.stats.requested_bytes.add(kind, static_cast<std::int64_t>(size));
+    m.stats.allocation.add(kind, 1);
+    m.stats.active.add(kind, 1);
+    m.stats.segment.add(kind, 1);
     ++m.stats.num_device_alloc;
   }
   emit(EventKind::kAlloc, address, size, stream);
@@ -120,14 +100,14 @@ void SystemAllocator::deallocate(void* ptr) {
     }
     block = it->second;
     m.spare.push_back(m.live.extract(it));
-    PoolKind kind = pool_of(block.requested);
-    sub(m.stats.allocated_bytes, kind, static_cast<std::int64_t>(block.size));
-    sub(m.stats.reserved_bytes, kind, static_cast<std::int64_t>(block.size));
-    sub(m.stats.active_bytes, kind, static_cast<std::int64_t>(block.size));
-    sub(m.stats.requested_bytes, kind, static_cast<std::int64_t>(block.requested));
-    sub(m.stats.allocation, kind, 1);
-    sub(m.stats.active, kind, 1);
-    sub(m.stats.segment, kind, 1);
+    PoolKind kind = pool_of_request(block.requested);
+    m.stats.allocated_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+    m.stats.reserved_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+    m.stats.active_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+    m.stats.requested_bytes.sub(kind, static_cast<std::int64_t>(block.requested));
+    m.stats.allocation.sub(kind, 1);
+    m.stats.active.sub(kind, 1);
+    m.stats.segment.sub(kind, 1);
     ++m.stats.num_device_free;
   }
   // Told before the heap may hand the address to another thread, so listeners see events in order.
