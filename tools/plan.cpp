@@ -194,7 +194,8 @@ int run_plan(const PlanArgs& args) {
 
   if (buckets) {
     auto plans = model::plan_buckets(args.model, load, *buckets, lifetimes,
-                                     args.solver == "all" ? "best" : args.solver, solve);
+                                     args.solver == "all" ? "best" : args.solver, solve,
+                                     args.order == "memory");
     std::size_t serving = 0;
     for (const auto& b : plans) {
       serving = std::max(serving, b.arena);

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "modelmem/error.hpp"
+#include "modelmem/model/order.hpp"
 
 namespace modelmem::model {
 namespace {
@@ -249,7 +250,8 @@ BucketSpec parse_buckets(const std::string& text) {
 
 std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions& load,
                                      const BucketSpec& buckets, const LifetimeOptions& lifetimes,
-                                     const std::string& solver, const plan::SolveOptions& options) {
+                                     const std::string& solver, const plan::SolveOptions& options,
+                                     bool memory_order) {
   std::vector<BucketPlan> out;
   for (std::int64_t v : buckets.values) {
     LoadOptions o = load;
@@ -257,6 +259,7 @@ std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions&
     Graph g = load_onnx(path, o);
     LifetimeOptions lo = lifetimes;
     lo.order.clear();  // an order found for one bucket's graph is not reused for another
+    if (memory_order) lo.order = model::memory_order(g, lo).order;
     ModelPlan mp = plan_model(g, lo, solver, options);
     out.push_back({v, mp.solve.plan->arena_size, mp.lower_bound, mp.lifetimes.weights_bytes});
   }

@@ -154,6 +154,23 @@ TEST(Buckets, BertSequenceBuckets) {
   EXPECT_EQ(plans[1].lower_bound, plan::lower_bound(build_lifetimes(g).problem));
 }
 
+TEST(Buckets, MemoryOrderPerBucket) {
+  const BucketSpec spec = parse_buckets("seq=32,128");
+  auto stored =
+      plan_buckets(kModels + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick());
+  auto memory =
+      plan_buckets(kModels + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick(), true);
+  ASSERT_EQ(memory.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    Graph g = load_onnx(kModels + "bert_base.onnx", {{{"batch", 1}, {"seq", spec.values[i]}}});
+    LifetimeOptions lo;
+    lo.order = memory_order(g, {}).order;
+    // Each bucket is planned in its own memory order: its lower bound is that order's.
+    EXPECT_EQ(memory[i].lower_bound, plan::lower_bound(build_lifetimes(g, lo).problem));
+    EXPECT_LE(memory[i].lower_bound, stored[i].lower_bound);
+  }
+}
+
 TEST(Buckets, BadSpecs) {
   EXPECT_THROW(parse_buckets("seq"), InvalidInput);
   EXPECT_THROW(parse_buckets("seq=32,,64"), InvalidInput);

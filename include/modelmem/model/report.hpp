@@ -66,10 +66,13 @@ struct BucketPlan {
   std::size_t weights = 0;
 };
 /// Plans the model once per bucket value (the other dims from `load`). The arena that serves
-/// every bucket is the largest of them (one request runs at a time).
+/// every bucket is the largest of them (one request runs at a time). With `memory_order`, each
+/// bucket's graph gets its own memory-aware execution order (`memory_order()`), as the main
+/// plan does with `--order memory`; otherwise the stored order.
 std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions& load,
                                      const BucketSpec& buckets, const LifetimeOptions& lifetimes,
-                                     const std::string& solver, const plan::SolveOptions& options);
+                                     const std::string& solver, const plan::SolveOptions& options,
+                                     bool memory_order = false);
 
 /// Request lengths, one positive integer per line (blank lines and '#' comments skipped).
 /// Throws InvalidInput naming file and line.
