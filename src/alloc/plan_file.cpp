@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "modelmem/error.hpp"
 
@@ -25,37 +26,16 @@ class Reader {
     if (peek() != '{') fail("the top level must be a JSON object");
     ++pos_;
     std::optional<std::size_t> arena, weights;
-    skip_ws();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        skip_ws();
-        if (peek() != '"') fail("expected a key in double quotes");
-        const std::size_t key_pos = pos_;
-        std::string key = string();
-        skip_ws();
-        expect(':');
-        skip_ws();
-        if (key == "arena_bytes" || key == "weights_bytes") {
-          auto& slot = key == "arena_bytes" ? arena : weights;
-          if (slot) fail_at(key_pos, "duplicate key \"" + key + "\"");
-          slot = integer(key);
-        } else {
-          value(1);
-        }
-        skip_ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        if (peek() == '}') {
-          ++pos_;
-          break;
-        }
-        fail("expected ',' or '}' after a value");
+    items('}', [&] {
+      auto [key, key_pos] = member_key();
+      if (key == "arena_bytes" || key == "weights_bytes") {
+        auto& slot = key == "arena_bytes" ? arena : weights;
+        if (slot) fail_at(key_pos, "duplicate key \"" + key + "\"");
+        slot = integer(key);
+      } else {
+        value(1);
       }
-    }
+    });
     skip_ws();
     if (pos_ != text_.size()) fail("unexpected text after the top-level object");
     if (!arena) fail_at(0, "missing the top-level integer \"arena_bytes\"");
@@ -190,6 +170,42 @@ class Reader {
     fail_at(start, "\"" + key + "\" must be a non-negative integer");
   }
 
+  // The items of an object or an array, after its opening bracket, through `close`: `item`
+  // reads one (a member or a value); a comma between two, none after the last.
+  template <class Item>
+  void items(char close, Item&& item) {
+    skip_ws();
+    if (peek() == close) {
+      ++pos_;
+      return;
+    }
+    while (true) {
+      skip_ws();
+      item();
+      skip_ws();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == close) {
+        ++pos_;
+        return;
+      }
+      fail(std::string("expected ',' or '") + close + "' after a value");
+    }
+  }
+
+  // `"key":` of an object member; returns the key and where it starts, stops at the value.
+  std::pair<std::string, std::size_t> member_key() {
+    if (peek() != '"') fail("expected a key in double quotes");
+    const std::size_t at = pos_;
+    std::string key = string();
+    skip_ws();
+    expect(':');
+    skip_ws();
+    return {std::move(key), at};
+  }
+
   void literal(std::string_view word) {
     if (text_.substr(pos_, word.size()) != word) fail("unexpected character");
     pos_ += word.size();
@@ -200,46 +216,16 @@ class Reader {
     char c = peek();
     if (c == '{') {
       ++pos_;
-      skip_ws();
-      if (peek() == '}') {
-        ++pos_;
-        return;
-      }
-      while (true) {
-        skip_ws();
-        if (peek() != '"') fail("expected a key in double quotes");
-        string();
-        skip_ws();
-        expect(':');
-        skip_ws();
+      items('}', [&] {
+        member_key();
         value(depth + 1);
-        skip_ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        return;
-      }
+      });
+      return;
     }
     if (c == '[') {
       ++pos_;
-      skip_ws();
-      if (peek() == ']') {
-        ++pos_;
-        return;
-      }
-      while (true) {
-        skip_ws();
-        value(depth + 1);
-        skip_ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect(']');
-        return;
-      }
+      items(']', [&] { value(depth + 1); });
+      return;
     }
     if (c == '"') {
       string();
