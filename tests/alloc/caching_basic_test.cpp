@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "modelmem/alloc/caching.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
@@ -14,15 +15,7 @@ namespace {
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-struct Recorder : Listener {
-  std::vector<Event> events;
-  void on_event(const Event& e) noexcept override { events.push_back(e); }
-  int count(EventKind k) const {
-    int n = 0;
-    for (const auto& e : events) n += e.kind == k;
-    return n;
-  }
-};
+using Recorder = modelmem::testing::EventRecorder;
 
 device::DevicePtr limited(std::size_t capacity) {
   return device::make_limited_device(device::make_host_device(), capacity);

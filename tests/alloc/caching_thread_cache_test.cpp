@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "modelmem/alloc/caching.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
@@ -16,15 +17,7 @@ namespace {
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-struct Recorder : Listener {
-  std::vector<Event> events;
-  void on_event(const Event& e) noexcept override { events.push_back(e); }
-  int count(EventKind k) const {
-    int n = 0;
-    for (const auto& e : events) n += e.kind == k;
-    return n;
-  }
-};
+using Recorder = modelmem::testing::EventRecorder;
 
 CachingOptions with_cache(bool membarrier, std::size_t bytes = 4 * kMiB) {
   CachingOptions o;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "modelmem/alloc/caching.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
@@ -15,10 +16,7 @@ constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 constexpr std::size_t kPage = 2 * kMiB;  // host granularity with huge_pages
 
-struct Recorder : Listener {
-  std::vector<Event> events;
-  void on_event(const Event& e) noexcept override { events.push_back(e); }
-};
+using Recorder = modelmem::testing::EventRecorder;
 
 CachingOptions expandable() {
   CachingOptions o;

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "modelmem/alloc/partitions.hpp"
 #include "modelmem/alloc/quota.hpp"
 #include "modelmem/alloc/static_arena.hpp"
@@ -26,14 +27,7 @@ PartitionOptions budget(std::size_t bytes) {
   return o;
 }
 
-struct Recorder : Listener {
-  std::mutex mutex;
-  std::vector<Event> events;
-  void on_event(const Event& e) noexcept override {
-    std::lock_guard<std::mutex> lock(mutex);
-    events.push_back(e);
-  }
-};
+using Recorder = modelmem::testing::EventRecorder;
 
 TEST(QuotaAdaptor, RefusesOverQuotaNamingPoolQuotaAndUse) {
   auto upstream = std::make_shared<SystemAllocator>();

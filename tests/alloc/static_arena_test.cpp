@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "modelmem/alloc/system.hpp"
 #include "modelmem/error.hpp"
 #include "static_test_device.hpp"
@@ -21,10 +22,7 @@ using modelmem::testing::CountingDevice;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-struct Recorder : Listener {
-  std::vector<Event> events;
-  void on_event(const Event& e) noexcept override { events.push_back(e); }
-};
+using Recorder = modelmem::testing::EventRecorder;
 
 TEST(StaticArena, TakesItsBudgetOnceAndGivesItBack) {
   auto dev = std::make_shared<CountingDevice>(64 * kMiB);
