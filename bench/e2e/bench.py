@@ -4,20 +4,39 @@
 Runs ResNet-50 (batch 1 and 8) and a BERT-base encoder (batch 1, seq 128) with random weights
 under glibc malloc, jemalloc, tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem
 caching and modelmem planned arena (libmodelmem_preload.so), and the same models exported to
-ONNX under onnxruntime-node as a reference. One worker process per configuration stays alive
-for a model; the coordinator asks each in turn for a chunk of timed inferences, rotating the
-order every round, so machine drift hits every configuration alike.
+ONNX under onnxruntime-node as a reference.
 
-Usage (from the repository root, after building):
+Method. One worker process per configuration stays alive for a model, plus a noise-floor
+worker: allocation-free compute (a matrix product and a vector addition into tensors allocated
+once, same threads and environment) whose sample is matched, in untimed calibration rounds, to
+the model's inference time under glibc. Its p99/p50 is what the machine alone adds: no
+allocator can beat it. The coordinator asks each worker in turn for a chunk of inferences
+(5 for batch 1, 2 for batch 8), each chunk opened by one untimed inference, rotating the order
+every round, so machine drift hits every configuration alike. Per model it prints p50, p90,
+p99, max, p99/p50 (also over the floor's), throughput, peak RSS and minor faults per
+inference, p50 over the best peer's (the peer allocator of lowest p50), and a paired ratio:
+the median over rounds of (chunk median / the other's chunk median in the same round), with a
+95% bootstrap interval over rounds; then modelmem's paired ratios against each peer and the
+planned arena's p99/p50 against the floor's. Last, OS memory calls per steady-state inference (strace).
+
+Usage (from the repository root, after building and, in bench/e2e,
+`ONNXRUNTIME_NODE_INSTALL=skip npm install`):
   /usr/bin/python3 bench/e2e/bench.py --build build [--budget 840] [--out results.md]
+Smoke test (a minute):
+  /usr/bin/python3 bench/e2e/bench.py --models resnet50_b1 --min-n 10 --no-strace --no-ort \\
+      --budget 30
+--budget counts the timed rounds only (start-up, warm-up, calibration and strace come on top);
+what a model leaves of its share goes to the models after it.
 """
 
 import argparse
 import json
 import math
 import os
+import random
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -27,10 +46,12 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 THREADS = 2
 
 MODELS = {
-    # name: (kind, batch, warm-up inferences, chunk size)
-    "resnet50_b1": ("resnet50", 1, 12, 10),
-    "resnet50_b8": ("resnet50", 8, 8, 4),
-    "bert_b1_s128": ("bert", 1, 12, 10),
+    # name: (kind, batch, warm-up inferences, chunk size). Small chunks make many rounds, the
+    # unit of the paired comparisons. The slowest model comes last: it gets what the others
+    # leave of the budget.
+    "resnet50_b1": ("resnet50", 1, 12, 5),
+    "bert_b1_s128": ("bert", 1, 12, 5),
+    "resnet50_b8": ("resnet50", 8, 8, 2),
 }
 
 # ----------------------------------------------------------------------------- models
@@ -105,12 +126,60 @@ def export_onnx(name, path):
                           opset_version=13)
 
 
-# ----------------------------------------------------------------------------- worker
+# ----------------------------------------------------------------------------- workers
+
+# The noise floor's unit of work: a matrix product (compute-bound, about 0.6 ms here with 2
+# threads) and a vector addition over 4 MiB (memory-bound, about 0.35 ms), both into outputs
+# allocated once. A ResNet-50 inference at batch 1 is then about a hundred units, as many
+# parallel regions as the model has operators, and no unit ever calls the allocator.
+FLOOR_MM = 384
+FLOOR_ADD = 1 << 20
 
 
-def worker(name):
-    """Line protocol on stdin/stdout: `run K` -> {"lat_ns": [...], "minflt": N};
-    `mark` -> one getppid() call (a marker for strace); `quit` -> {"maxrss_kb": N}."""
+def serve(step, set_repeats=None):
+    """Line protocol on stdin/stdout: `run K [L]` -> L untimed steps, then K timed ones ->
+    {"lat_ns": [...], "minflt": N} (faults of the timed steps); `repeats R` (noise floor only)
+    -> units per step; `mark` -> one getppid() call (a marker for strace); `quit` ->
+    {"maxrss_kb": N}."""
+    out = sys.stdout
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        if cmd[0] == "run":
+            for _ in range(int(cmd[2]) if len(cmd) > 2 else 0):
+                step()
+            lat = []
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(int(cmd[1])):
+                t = time.perf_counter_ns()
+                step()
+                lat.append(time.perf_counter_ns() - t)
+            f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            reply = {"lat_ns": lat, "minflt": f1 - f0}
+        elif cmd[0] == "repeats" and set_repeats:
+            set_repeats(int(cmd[1]))
+            reply = {"repeats": int(cmd[1])}
+        elif cmd[0] == "mark":
+            os.getppid()
+            reply = {"marked": True}
+        elif cmd[0] == "quit":
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            out.write(json.dumps({"maxrss_kb": ru.ru_maxrss}) + "\n")
+            out.flush()
+            return
+        else:
+            reply = {"error": f"unknown command {line.strip()!r}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+def ready(warmup_s, **extra):
+    sys.stdout.write(json.dumps({"ready": True, "warmup_s": warmup_s, **extra}) + "\n")
+    sys.stdout.flush()
+
+
+def model_worker(name):
     import torch
 
     torch.set_num_threads(THREADS)
@@ -118,37 +187,51 @@ def worker(name):
     warmup = int(os.environ.get("BENCH_WARMUP", warmup))
     model = build_model(kind)
     x = model_input(kind, batch)
-    out = sys.stdout
     with torch.inference_mode():
         t0 = time.perf_counter()
         for _ in range(warmup):
             model(x)
-        warm_s = time.perf_counter() - t0
-        out.write(json.dumps({"ready": True, "warmup_s": warm_s}) + "\n")
-        out.flush()
-        for line in sys.stdin:
-            cmd = line.split()
-            if not cmd:
-                continue
-            if cmd[0] == "run":
-                k = int(cmd[1])
-                lat = []
-                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                for _ in range(k):
-                    t = time.perf_counter_ns()
-                    model(x)
-                    lat.append(time.perf_counter_ns() - t)
-                f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                out.write(json.dumps({"lat_ns": lat, "minflt": f1 - f0}) + "\n")
-            elif cmd[0] == "mark":
-                os.getppid()
-                out.write(json.dumps({"marked": True}) + "\n")
-            elif cmd[0] == "quit":
-                ru = resource.getrusage(resource.RUSAGE_SELF)
-                out.write(json.dumps({"maxrss_kb": ru.ru_maxrss}) + "\n")
-                out.flush()
-                return
-            out.flush()
+        ready(time.perf_counter() - t0)
+        serve(lambda: model(x))
+
+
+def floor_worker():
+    """Allocation-free compute of the same kind and threads as a model: its latency spread is
+    what the machine alone adds, the floor that no allocator can go below."""
+    import statistics
+
+    import torch
+
+    torch.set_num_threads(THREADS)
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(FLOOR_MM, FLOOR_MM, generator=g) for _ in range(3))
+    x, y, z = (torch.randn(FLOOR_ADD, generator=g) for _ in range(3))
+    repeats = 1
+
+    def unit():
+        torch.mm(a, b, out=c)
+        torch.add(x, y, out=z)
+
+    def step():
+        for _ in range(repeats):
+            unit()
+
+    def set_repeats(n):
+        nonlocal repeats
+        repeats = n
+
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        for _ in range(100):
+            unit()
+        warmup_s = time.perf_counter() - t0
+        lat = []
+        for _ in range(20):
+            t = time.perf_counter_ns()
+            unit()
+            lat.append(time.perf_counter_ns() - t)
+        ready(warmup_s, unit_ns=statistics.median(lat))
+        serve(step, set_repeats)
 
 
 # ----------------------------------------------------------------------------- coordinator
@@ -171,24 +254,41 @@ def configs(build):
 
 
 PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+PLANNED = "modelmem-planned"
+FLOOR = "noise floor (no allocation)"
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 1
 
 
 class Worker:
+    # Settings shared by every worker of a run (set once by main()).
+    omp_wait_policy = "PASSIVE"
+
     def __init__(self, label, argv, env, stderr_path):
         self.label = label
         self.err = open(stderr_path, "w")
         full_env = dict(os.environ)
-        # Passive OpenMP waiting: on a machine shared with other jobs, spinning threads of a
-        # 2-thread pool slow every inference several-fold (measured: 7.2 s against 1.2 s for
-        # the encoder with 2 threads). The same setting for every configuration.
-        full_env.update({"OMP_NUM_THREADS": str(THREADS), "OMP_WAIT_POLICY": "PASSIVE"})
+        full_env["OMP_NUM_THREADS"] = str(THREADS)
+        if self.omp_wait_policy == "default":
+            full_env.pop("OMP_WAIT_POLICY", None)
+        else:
+            full_env["OMP_WAIT_POLICY"] = self.omp_wait_policy
         full_env.update(env)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.err, env=full_env, text=True, bufsize=1)
-        self.lat = []
+        self.chunks = []  # latencies (ns) of the chunk timed in each round, in round order
         self.minflt = 0
         self.maxrss_kb = None
-        self.warmup_s = None
+        self.hello = None  # the worker's first message: {"ready": true, "warmup_s": ...}
+
+    @property
+    def lat(self):
+        return [t for chunk in self.chunks for t in chunk]
+
+    def call(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.read()
 
     def read(self):
         line = self.proc.stdout.readline()
@@ -197,19 +297,15 @@ class Worker:
         return json.loads(line)
 
     def ready(self):
-        self.warmup_s = self.read()["warmup_s"]
+        self.hello = self.read()
 
-    def run(self, k):
-        self.proc.stdin.write(f"run {k}\n")
-        self.proc.stdin.flush()
-        r = self.read()
-        self.lat += r["lat_ns"]
+    def run(self, k, lead_in=0):
+        r = self.call(f"run {k} {lead_in}")
+        self.chunks.append(r["lat_ns"])
         self.minflt += r["minflt"]
 
     def quit(self):
-        self.proc.stdin.write("quit\n")
-        self.proc.stdin.flush()
-        self.maxrss_kb = self.read()["maxrss_kb"]
+        self.maxrss_kb = self.call("quit")["maxrss_kb"]
         self.proc.wait()
         self.err.close()
 
@@ -219,31 +315,69 @@ def pct(sorted_vals, p):
     return sorted_vals[i]
 
 
-def summary(w):
+def jitter(lat):
+    s = sorted(lat)
+    return pct(s, 99) / pct(s, 50)
+
+
+def summary(w, batch):
     s = sorted(w.lat)
     n = len(s)
-    p50 = pct(s, 50) / 1e6
     return {
-        "n": n, "p50": p50, "p90": pct(s, 90) / 1e6, "p99": pct(s, 99) / 1e6,
+        "n": n, "p50": pct(s, 50) / 1e6, "p90": pct(s, 90) / 1e6, "p99": pct(s, 99) / 1e6,
         "max": s[-1] / 1e6, "jitter": pct(s, 99) / pct(s, 50),
-        "throughput": n * 1e9 / sum(s) * MODELS[w.model][1],
+        "throughput": n * 1e9 / sum(s) * batch,
         "rss_mib": w.maxrss_kb / 1024, "minflt": w.minflt / n,
     }
 
 
-def syscall_count(build, name, label, env, tmp, inferences):
+def bootstrap(rounds, stat):
+    """95% percentile interval of stat(round indices) over resamples of the rounds (with
+    replacement, fixed seed): rounds are the unit that machine drift makes alike."""
+    rng = random.Random(BOOTSTRAP_SEED)
+    vals = sorted(stat([rng.randrange(rounds) for _ in range(rounds)])
+                  for _ in range(BOOTSTRAP_RESAMPLES))
+    return vals[int(0.025 * len(vals))], vals[math.ceil(0.975 * len(vals)) - 1]
+
+
+def paired_p50_ratio(w, ref):
+    """Median over rounds of w's chunk median / ref's chunk median in the same round, and its
+    95% interval: drift between rounds cancels in each ratio."""
+    r = [statistics.median(a) / statistics.median(b) for a, b in zip(w.chunks, ref.chunks)]
+    return statistics.median(r), bootstrap(len(r),
+                                           lambda idx: statistics.median(r[i] for i in idx))
+
+
+def jitter_over_floor(w, floor):
+    """p99/p50 of w, of the floor, and their ratio, each with a 95% interval from the same
+    resamples of rounds (paired: a resample keeps both chunks of a round)."""
+
+    def pooled(x, idx):
+        return [t for i in idx for t in x.chunks[i]]
+
+    n = len(w.chunks)
+    return {
+        "floor": (jitter(floor.lat), bootstrap(n, lambda idx: jitter(pooled(floor, idx)))),
+        "w": (jitter(w.lat), bootstrap(n, lambda idx: jitter(pooled(w, idx)))),
+        "ratio": (jitter(w.lat) / jitter(floor.lat),
+                  bootstrap(n, lambda idx: jitter(pooled(w, idx)) / jitter(pooled(floor, idx)))),
+    }
+
+
+def interval(value, lo_hi, fmt=".3f"):
+    return f"{value:{fmt}} ({lo_hi[0]:{fmt}}-{lo_hi[1]:{fmt}})"
+
+
+def syscall_count(name, label, env, tmp, inferences):
     """OS memory calls per steady-state inference, counted with strace between two markers."""
     trace = os.path.join(tmp, f"strace_{name}_{label}.txt")
     argv = ["strace", "-f", "-qq", "-e", "trace=mmap,munmap,brk,mremap,madvise,getppid", "-o",
             trace, sys.executable, os.path.abspath(__file__), "--worker", name]
     w = Worker(label, argv, env, os.path.join(tmp, f"strace_{name}_{label}.err"))
-    w.model = name
     w.ready()
     w.run(2)
     for cmd in ("mark", f"run {inferences}", "mark"):
-        w.proc.stdin.write(cmd + "\n")
-        w.proc.stdin.flush()
-        w.read()
+        w.call(cmd)
     w.quit()
     call = re.compile(r"^\d+\s+(mmap|munmap|brk|mremap|madvise)\(")
     calls, marks = 0, 0
@@ -256,23 +390,176 @@ def syscall_count(build, name, label, env, tmp, inferences):
     return calls / inferences
 
 
+def calibrate_floor(workers, floor, ref, chunk, lead_in):
+    """Untimed rounds, run as the timed ones will be, until a floor sample takes as long as an
+    inference of `ref` (within 10%; at most 3 rounds): its own unit time measured alone is
+    not what it takes between the other workers' chunks."""
+    per_repeat = floor.hello["unit_ns"]
+    for attempt in range(1, 4):
+        t0 = time.perf_counter()
+        for w in workers:
+            if w is not floor:
+                lat = w.call(f"run {chunk} {lead_in}")["lat_ns"]
+                if w is ref:
+                    ref_ns = statistics.median(lat)
+        repeats = max(1, round(ref_ns / per_repeat))
+        floor.call(f"repeats {repeats}")
+        floor_ns = statistics.median(floor.call(f"run {chunk} {lead_in}")["lat_ns"])
+        per_repeat = floor_ns / repeats
+        if abs(floor_ns / ref_ns - 1) <= 0.1:
+            break
+    return {"rounds": attempt, "round_s": time.perf_counter() - t0, "repeats": repeats,
+            "ref_ms": ref_ns / 1e6, "floor_ms": floor_ns / 1e6}
+
+
+def bench_model(name, cfgs, args, budget_s, say):
+    """Runs one model under every configuration, interleaved; returns the seconds its timed
+    rounds took."""
+    kind, batch, warmup, chunk = MODELS[name]
+    if args.chunk:
+        chunk = args.chunk
+    warmup = args.warmup if args.warmup is not None else warmup
+    me = os.path.abspath(__file__)
+    say()
+    say(f"## {name}")
+    workers = []
+    for label, env in cfgs:
+        workers.append(Worker(label, [sys.executable, me, "--worker", name], env,
+                              os.path.join(args.tmp, f"{name}_{label}.err")))
+    if not args.no_ort:
+        onnx_path = os.path.join(args.tmp, f"{name}.onnx")
+        if not os.path.exists(onnx_path):
+            export_onnx(name, onnx_path)
+        spin = "0" if Worker.omp_wait_policy == "PASSIVE" else "1"
+        argv = ["node", os.path.join(HERE, "ort_worker.js"), onnx_path, kind, str(batch),
+                str(THREADS), str(warmup), spin]
+        workers.append(Worker("onnxruntime-node", argv, {},
+                              os.path.join(args.tmp, f"{name}_ort.err")))
+    floor = Worker(FLOOR, [sys.executable, me, "--worker", "floor"], {},
+                   os.path.join(args.tmp, f"{name}_floor.err"))
+    workers.append(floor)
+    # Workers build and warm up at the same time; nothing is timed before all are ready.
+    for w in workers:
+        w.ready()
+    ref = next((w for w in workers if w.label == "glibc"), workers[0])
+    cal = calibrate_floor(workers, floor, ref, chunk, args.lead_in)
+
+    # The count is what the budget allows at the time a calibration round took, at least
+    # --min-n, fewer only when the rounds are too slow.
+    n_target = max(args.min_n, chunk)
+    allowed = int(budget_s / cal["round_s"]) * chunk
+    if allowed < n_target:
+        reduced = max(allowed, chunk)
+        say(f"NOTE: {reduced} timed inferences per configuration instead of {n_target} (the "
+            f"budget of {budget_s:.0f} s for this model allows no more at {cal['round_s']:.1f} s "
+            f"per round of {chunk} per configuration)")
+        n_target = reduced
+    rounds, spent = 0, 0.0
+    while min(len(w.lat) for w in workers) < n_target:
+        order = workers[rounds % len(workers):] + workers[:rounds % len(workers)]
+        t0 = time.perf_counter()
+        for w in order:
+            w.run(min(chunk, n_target - len(w.lat)), args.lead_in)
+        spent += time.perf_counter() - t0
+        rounds += 1
+    for w in workers:
+        w.quit()
+
+    stats = {w.label: summary(w, batch) for w in workers}
+    by_label = {w.label: w for w in workers}
+    peers = [p for p in PEERS if p in stats] or [w.label for w in workers if w is not floor]
+    best = min(peers, key=lambda p: stats[p]["p50"])
+    best_rss = min(stats[p]["rss_mib"] for p in peers)
+    floor_jitter = stats[FLOOR]["jitter"]
+    say(f"{stats[FLOOR]['n']} timed inferences per configuration after {warmup} warm-up, "
+        f"chunks of {chunk} (each after {args.lead_in} untimed), {rounds} interleaved rounds; "
+        f"OMP_WAIT_POLICY {Worker.omp_wait_policy}")
+    say(f"noise floor: {cal['repeats']} x (a {FLOOR_MM}x{FLOOR_MM} matrix product and a "
+        f"{FLOOR_ADD * 4 >> 20} MiB vector addition) per sample, matched to {ref.label} in "
+        f"{cal['rounds']} untimed round(s) (chunk medians {cal['ref_ms']:.1f} and "
+        f"{cal['floor_ms']:.1f} ms in the last)")
+    say()
+    say("| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | p99/p50 / floor | inf/s | "
+        "peak RSS MiB | minor faults/inf | p50 / best peer | paired p50 ratio vs best peer "
+        "(95% interval) | RSS / best peer |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for w in workers:
+        s = stats[w.label]
+        row = [w.label, f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}",
+               f"{s['max']:.1f}", f"{s['jitter']:.3f}"]
+        if w is floor:
+            row += ["-", "-", f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f}", "-", "-", "-"]
+        else:
+            row += [f"{s['jitter'] / floor_jitter:.3f}", f"{s['throughput']:.2f}",
+                    f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f}",
+                    f"{s['p50'] / stats[best]['p50']:.3f}",
+                    interval(*paired_p50_ratio(w, by_label[best])),
+                    f"{s['rss_mib'] / best_rss:.3f}"]
+        say("| " + " | ".join(row) + " |")
+    say()
+    say(f"Best peer by overall p50: {best}. Paired p50 ratio: median over the {rounds} rounds of "
+        f"(chunk median / the other's chunk median in the same round); intervals: 95% bootstrap "
+        f"over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}).")
+    mine = [w for w in workers if w.label.startswith("modelmem")]
+    peer_ws = [by_label[p] for p in peers if p in PEERS]
+    if mine and peer_ws:
+        say()
+        say("| paired p50 ratio (95% interval) | " + " | ".join(f"vs {p.label}" for p in peer_ws)
+            + " |")
+        say("|---|" + "---|" * len(peer_ws))
+        for w in mine:
+            say(f"| {w.label} | " + " | ".join(interval(*paired_p50_ratio(w, p)) for p in peer_ws)
+                + " |")
+    if PLANNED in by_label:
+        j = jitter_over_floor(by_label[PLANNED], floor)
+        say()
+        say(f"machine noise floor p99/p50 = {interval(*j['floor'])}; planned arena p99/p50 = "
+            f"{interval(*j['w'])} (Y/X = {interval(*j['ratio'])})")
+    for w in workers:
+        if w.label.startswith("modelmem"):
+            with open(w.err.name) as f:
+                report = f.read().strip()
+            if report:
+                say()
+                say(f"{w.label} report:")
+                say("```")
+                for line in report.splitlines():
+                    say(line)
+                say("```")
+    return spent
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--worker")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--build", default="build")
     ap.add_argument("--budget", type=float, default=840.0,
-                    help="seconds of timed inference for the whole run (default 840)")
-    ap.add_argument("--min-n", type=int, default=200)
+                    help="seconds of timed interleaved rounds for the whole run (default 840)")
+    ap.add_argument("--min-n", type=int, default=200,
+                    help="timed inferences per configuration, if the budget allows (default 200)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", help="comma-separated subset of the configurations (smoke tests)")
     ap.add_argument("--warmup", type=int, help="warm-up inferences (default: per model)")
+    ap.add_argument("--chunk", type=int, help="timed inferences per chunk (default: per model)")
+    # Between two of its chunks a worker sits idle while the others run and evict its caches:
+    # the first inference of a chunk took 11-26% longer than the chunk's others for every
+    # PyTorch configuration (ResNet-50 b1, chunks of 5; 1-5% for the noise floor). Steady-state
+    # serving runs back to back, so one untimed inference opens each chunk.
+    ap.add_argument("--lead-in", type=int, default=1,
+                    help="untimed inferences before each chunk (default 1)")
+    ap.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "default"),
+                    default="PASSIVE")
     ap.add_argument("--tmp", default=os.path.join(HERE, ".work"))
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--no-strace", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
+    Worker.omp_wait_policy = args.omp_wait_policy
+    if args.worker == "floor":
+        floor_worker()
+        return
     if args.worker:
-        worker(args.worker)
+        model_worker(args.worker)
         return
 
     os.makedirs(args.tmp, exist_ok=True)
@@ -290,81 +577,12 @@ def main():
 
     say(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average at start: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs; "
-        f"{THREADS} intra-op threads")
+        f"{THREADS} intra-op threads; OMP_WAIT_POLICY {args.omp_wait_policy}")
     start = time.time()
-    per_model_budget = args.budget / len(models)
-    for name in models:
-        kind, batch, warmup, chunk = MODELS[name]
-        warmup = args.warmup if args.warmup is not None else warmup
-        say()
-        say(f"## {name}")
-        workers = []
-        for label, env in cfgs:
-            argv = [sys.executable, os.path.abspath(__file__), "--worker", name]
-            w = Worker(label, argv, env, os.path.join(args.tmp, f"{name}_{label}.err"))
-            w.model = name
-            workers.append(w)
-        if not args.no_ort:
-            onnx_path = os.path.join(args.tmp, f"{name}.onnx")
-            if not os.path.exists(onnx_path):
-                export_onnx(name, onnx_path)
-            argv = ["node", os.path.join(HERE, "ort_worker.js"), onnx_path, kind, str(batch),
-                    str(THREADS), str(warmup)]
-            w = Worker("onnxruntime-node", argv, {}, os.path.join(args.tmp, f"{name}_ort.err"))
-            w.model = name
-            workers.append(w)
-        # Workers build and warm up at the same time; nothing is timed before all are ready.
-        for w in workers:
-            w.ready()
-        # One round (a chunk for each configuration) tells the time per inference; the count is
-        # then what the budget allows, at least --min-n, fewer only when one round is too slow.
-        for w in workers:
-            w.run(chunk)
-        per_inference = sum(sum(w.lat) for w in workers) / 1e9 / (chunk * len(workers))
-        n_target = max(args.min_n, chunk)
-        allowed = int(per_model_budget / (per_inference * len(workers)))
-        if allowed < n_target:
-            reduced = max(allowed, chunk)
-            say(f"NOTE: {reduced} timed inferences per configuration instead of {n_target} "
-                f"(the budget of {per_model_budget:.0f} s for this model allows no more at "
-                f"{per_inference * 1000:.0f} ms per inference)")
-            n_target = reduced
-        rounds = 0
-        while min(len(w.lat) for w in workers) < n_target:
-            order = workers[rounds % len(workers):] + workers[:rounds % len(workers)]
-            for w in order:
-                if len(w.lat) < n_target:
-                    w.run(min(chunk, n_target - len(w.lat)))
-            rounds += 1
-        for w in workers:
-            w.quit()
-        stats = {w.label: summary(w) for w in workers}
-        peers = [p for p in PEERS if p in stats] or list(stats)
-        best_p50 = min(stats[p]["p50"] for p in peers)
-        best_rss = min(stats[p]["rss_mib"] for p in peers)
-        say(f"{min(s['n'] for s in stats.values())} timed inferences per configuration after {warmup} warm-up, "
-            f"chunks of {chunk}, {rounds + 1} interleaved rounds")
-        say()
-        say("| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | inf/s | "
-            "peak RSS MiB | minor faults/inf | p50 / best peer | RSS / best peer |")
-        say("|---|---|---|---|---|---|---|---|---|---|---|")
-        for w in workers:
-            s = stats[w.label]
-            say(f"| {w.label} | {s['p50']:.1f} | {s['p90']:.1f} | {s['p99']:.1f} | "
-                f"{s['max']:.1f} | {s['jitter']:.3f} | {s['throughput']:.2f} | "
-                f"{s['rss_mib']:.0f} | {s['minflt']:.1f} | {s['p50'] / best_p50:.3f} | "
-                f"{s['rss_mib'] / best_rss:.3f} |")
-        for w in workers:
-            if w.label.startswith("modelmem"):
-                with open(w.err.name) as f:
-                    report = f.read().strip()
-                if report:
-                    say()
-                    say(f"{w.label} report:")
-                    say("```")
-                    for line in report.splitlines():
-                        say(line)
-                    say("```")
+    budget = args.budget
+    for i, name in enumerate(models):
+        # What a model leaves of its share goes to the ones after it.
+        budget -= bench_model(name, cfgs, args, budget / (len(models) - i), say)
     if not args.no_strace:
         say()
         say("## OS memory calls per steady-state inference (strace: mmap, munmap, brk, mremap, "
@@ -373,7 +591,7 @@ def main():
         say("| configuration | calls/inference |")
         say("|---|---|")
         for label, env in cfgs:
-            n = syscall_count(args.build, "resnet50_b1", label, env, args.tmp, 10)
+            n = syscall_count("resnet50_b1", label, env, args.tmp, 10)
             say(f"| {label} | {n:.1f} |")
     say()
     say(f"elapsed {time.time() - start:.0f} s; load average at end: "

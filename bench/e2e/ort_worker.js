@@ -1,18 +1,18 @@
 // onnxruntime-node worker for bench.py: same line protocol as the Python worker.
-// argv: model.onnx kind batch threads warmup
+// argv: model.onnx kind batch threads warmup spin (spin: 1 lets the intra-op pool spin, 0 not)
 'use strict';
 const ort = require('onnxruntime-node');
 const readline = require('readline');
 
 async function main() {
-  const [path, kind, batchText, threadsText, warmupText] = process.argv.slice(2);
+  const [path, kind, batchText, threadsText, warmupText, spinText] = process.argv.slice(2);
   const batch = Number(batchText);
   const session = await ort.InferenceSession.create(path, {
     intraOpNumThreads: Number(threadsText),
     interOpNumThreads: 1,
     executionMode: 'sequential',
-    // As OMP_WAIT_POLICY=PASSIVE for PyTorch: no spinning thread pool on a shared machine.
-    extra: {session: {intra_op: {allow_spinning: '0'}}},
+    // Follows bench.py's OMP_WAIT_POLICY for PyTorch: no spinning when PASSIVE.
+    extra: {session: {intra_op: {allow_spinning: spinText === '0' ? '0' : '1'}}},
   });
   let feeds;
   if (kind === 'resnet50') {
@@ -33,6 +33,8 @@ async function main() {
     const cmd = line.trim().split(/\s+/);
     if (cmd[0] === 'run') {
       const k = Number(cmd[1]);
+      const leadIn = Number(cmd[2] || 0);  // untimed runs first
+      for (let i = 0; i < leadIn; i++) await session.run(feeds);
       const lat = [];
       const f0 = process.resourceUsage().minorPageFault;
       for (let i = 0; i < k; i++) {
