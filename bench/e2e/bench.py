@@ -12,12 +12,15 @@ once, same threads and environment) whose sample is matched, in untimed calibrat
 the model's inference time under glibc. Its p99/p50 is what the machine alone adds: no
 allocator can beat it. The coordinator asks each worker in turn for a chunk of inferences
 (5 for batch 1, 2 for batch 8), each chunk opened by one untimed inference, rotating the order
-every round, so machine drift hits every configuration alike. Per model it prints p50, p90,
-p99, max, p99/p50 (also over the floor's), throughput, peak RSS and minor faults per
-inference, p50 over the best peer's (the peer allocator of lowest p50), and a paired ratio:
-the median over rounds of (chunk median / the other's chunk median in the same round), with a
-95% bootstrap interval over rounds; then modelmem's paired ratios against each peer and the
-planned arena's p99/p50 against the floor's. Last, OS memory calls per steady-state inference (strace).
+every round, so machine drift hits every configuration alike. Every worker has 2 intra-op
+threads and the same OMP_WAIT_POLICY (unset by default; see --omp-wait-policy).
+
+Per model it prints p50, p90, p99, max, p99/p50 (also over the floor's), throughput, peak RSS
+and minor faults per inference, p50 over the best peer's (the peer allocator of lowest p50),
+and a paired ratio: the median over rounds of (chunk median / the other's chunk median in the
+same round), with a 95% bootstrap interval over rounds; then modelmem's paired ratios against
+each peer and the planned arena's p99/p50 against the floor's. Last, OS memory calls per
+steady-state inference (strace).
 
 Usage (from the repository root, after building and, in bench/e2e,
 `ONNXRUNTIME_NODE_INSTALL=skip npm install`):
@@ -262,7 +265,7 @@ BOOTSTRAP_SEED = 1
 
 class Worker:
     # Settings shared by every worker of a run (set once by main()).
-    omp_wait_policy = "PASSIVE"
+    omp_wait_policy = "default"
 
     def __init__(self, label, argv, env, stderr_path):
         self.label = label
@@ -331,9 +334,15 @@ def summary(w, batch):
     }
 
 
+MIN_ROUNDS_FOR_INTERVAL = 5
+
+
 def bootstrap(rounds, stat):
     """95% percentile interval of stat(round indices) over resamples of the rounds (with
-    replacement, fixed seed): rounds are the unit that machine drift makes alike."""
+    replacement, fixed seed): rounds are the unit that machine drift makes alike. None for
+    fewer than MIN_ROUNDS_FOR_INTERVAL rounds."""
+    if rounds < MIN_ROUNDS_FOR_INTERVAL:
+        return None
     rng = random.Random(BOOTSTRAP_SEED)
     vals = sorted(stat([rng.randrange(rounds) for _ in range(rounds)])
                   for _ in range(BOOTSTRAP_RESAMPLES))
@@ -365,6 +374,8 @@ def jitter_over_floor(w, floor):
 
 
 def interval(value, lo_hi, fmt=".3f"):
+    if lo_hi is None:
+        return f"{value:{fmt}} (too few rounds)"
     return f"{value:{fmt}} ({lo_hi[0]:{fmt}}-{lo_hi[1]:{fmt}})"
 
 
@@ -409,7 +420,8 @@ def calibrate_floor(workers, floor, ref, chunk, lead_in):
         if abs(floor_ns / ref_ns - 1) <= 0.1:
             break
     return {"rounds": attempt, "round_s": time.perf_counter() - t0, "repeats": repeats,
-            "ref_ms": ref_ns / 1e6, "floor_ms": floor_ns / 1e6}
+            "ref_ms": ref_ns / 1e6, "floor_ms": floor_ns / 1e6,
+            "matched": abs(floor_ns / ref_ns - 1) <= 0.1}
 
 
 def bench_model(name, cfgs, args, budget_s, say):
@@ -475,7 +487,8 @@ def bench_model(name, cfgs, args, budget_s, say):
         f"chunks of {chunk} (each after {args.lead_in} untimed), {rounds} interleaved rounds; "
         f"OMP_WAIT_POLICY {Worker.omp_wait_policy}")
     say(f"noise floor: {cal['repeats']} x (a {FLOOR_MM}x{FLOOR_MM} matrix product and a "
-        f"{FLOOR_ADD * 4 >> 20} MiB vector addition) per sample, matched to {ref.label} in "
+        f"{FLOOR_ADD * 4 >> 20} MiB vector addition) per sample, "
+        f"{'matched' if cal['matched'] else 'NOT matched within 10%'} to {ref.label} in "
         f"{cal['rounds']} untimed round(s) (chunk medians {cal['ref_ms']:.1f} and "
         f"{cal['floor_ms']:.1f} ms in the last)")
     say()
@@ -547,8 +560,20 @@ def main():
     # serving runs back to back, so one untimed inference opens each chunk.
     ap.add_argument("--lead-in", type=int, default=1,
                     help="untimed inferences before each chunk (default 1)")
-    ap.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "default"),
-                    default="PASSIVE")
+    # OpenMP wait policy of every worker (onnxruntime's allow_spinning follows: off for
+    # PASSIVE). "default" leaves OMP_WAIT_POLICY unset: libgomp spins a while after each
+    # parallel region, then sleeps, as PyTorch users get it. Measured here (ResNet-50 b1, 3-5
+    # configurations and the noise floor, chunks of 5 with one untimed inference, quiet
+    # machine, three runs each): default p50 48-63 ms against 79-106 ms for PASSIVE (a passive
+    # thread sleeps after every region and the vCPU has to be woken), noise floor p99/p50
+    # 1.13-1.21 against 1.17-2.50. Idle siblings do not suffer from it: a finished worker
+    # spins only briefly, inside the next worker's untimed opening inference. Under other load
+    # (a compilation on the same 2 cores) spinning collapses: p99/p50 above 12 for every
+    # configuration, p50 x3; hence PASSIVE on a shared machine (the earlier runs used it).
+    ap.add_argument("--omp-wait-policy", choices=("default", "PASSIVE", "ACTIVE"),
+                    default="default",
+                    help="OMP_WAIT_POLICY of every worker; default: unset (use PASSIVE when "
+                         "other jobs run)")
     ap.add_argument("--tmp", default=os.path.join(HERE, ".work"))
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--no-strace", action="store_true")
@@ -578,6 +603,9 @@ def main():
     say(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average at start: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs; "
         f"{THREADS} intra-op threads; OMP_WAIT_POLICY {args.omp_wait_policy}")
+    if args.omp_wait_policy != "PASSIVE" and os.getloadavg()[0] > 1.0:
+        say("WARNING: the machine is busy; spinning OpenMP threads slow down several-fold "
+            "under other load (--omp-wait-policy PASSIVE is robust to it, and slower)")
     start = time.time()
     budget = args.budget
     for i, name in enumerate(models):
