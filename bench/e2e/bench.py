@@ -177,8 +177,10 @@ def serve(step, set_repeats=None):
         out.flush()
 
 
-def ready(warmup_s, **extra):
-    sys.stdout.write(json.dumps({"ready": True, "warmup_s": warmup_s, **extra}) + "\n")
+def ready():
+    """Built, not warmed up: the coordinator warms workers up one at a time (`run 0 W`), as
+    spinning OpenMP threads of several processes at once would slow each other down."""
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
     sys.stdout.flush()
 
 
@@ -186,23 +188,17 @@ def model_worker(name):
     import torch
 
     torch.set_num_threads(THREADS)
-    kind, batch, warmup, _ = MODELS[name]
-    warmup = int(os.environ.get("BENCH_WARMUP", warmup))
+    kind, batch, _, _ = MODELS[name]
     model = build_model(kind)
     x = model_input(kind, batch)
     with torch.inference_mode():
-        t0 = time.perf_counter()
-        for _ in range(warmup):
-            model(x)
-        ready(time.perf_counter() - t0)
+        ready()
         serve(lambda: model(x))
 
 
 def floor_worker():
     """Allocation-free compute of the same kind and threads as a model: its latency spread is
     what the machine alone adds, the floor that no allocator can go below."""
-    import statistics
-
     import torch
 
     torch.set_num_threads(THREADS)
@@ -224,16 +220,7 @@ def floor_worker():
         repeats = n
 
     with torch.inference_mode():
-        t0 = time.perf_counter()
-        for _ in range(100):
-            unit()
-        warmup_s = time.perf_counter() - t0
-        lat = []
-        for _ in range(20):
-            t = time.perf_counter_ns()
-            unit()
-            lat.append(time.perf_counter_ns() - t)
-        ready(warmup_s, unit_ns=statistics.median(lat))
+        ready()
         serve(step, set_repeats)
 
 
@@ -282,7 +269,6 @@ class Worker:
         self.chunks = []  # latencies (ns) of the chunk timed in each round, in round order
         self.minflt = 0
         self.maxrss_kb = None
-        self.hello = None  # the worker's first message: {"ready": true, "warmup_s": ...}
 
     @property
     def lat(self):
@@ -300,7 +286,13 @@ class Worker:
         return json.loads(line)
 
     def ready(self):
-        self.hello = self.read()
+        self.read()
+
+    def warm_up(self, n):
+        """n untimed steps; returns their seconds."""
+        t0 = time.perf_counter()
+        self.call(f"run 0 {n}")
+        return time.perf_counter() - t0
 
     def run(self, k, lead_in=0):
         r = self.call(f"run {k} {lead_in}")
@@ -379,14 +371,14 @@ def interval(value, lo_hi, fmt=".3f"):
     return f"{value:{fmt}} ({lo_hi[0]:{fmt}}-{lo_hi[1]:{fmt}})"
 
 
-def syscall_count(name, label, env, tmp, inferences):
+def syscall_count(name, label, env, tmp, warmup, inferences):
     """OS memory calls per steady-state inference, counted with strace between two markers."""
     trace = os.path.join(tmp, f"strace_{name}_{label}.txt")
     argv = ["strace", "-f", "-qq", "-e", "trace=mmap,munmap,brk,mremap,madvise,getppid", "-o",
             trace, sys.executable, os.path.abspath(__file__), "--worker", name]
     w = Worker(label, argv, env, os.path.join(tmp, f"strace_{name}_{label}.err"))
     w.ready()
-    w.run(2)
+    w.warm_up(warmup)
     for cmd in ("mark", f"run {inferences}", "mark"):
         w.call(cmd)
     w.quit()
@@ -405,7 +397,8 @@ def calibrate_floor(workers, floor, ref, chunk, lead_in):
     """Untimed rounds, run as the timed ones will be, until a floor sample takes as long as an
     inference of `ref` (within 10%; at most 3 rounds): its own unit time measured alone is
     not what it takes between the other workers' chunks."""
-    per_repeat = floor.hello["unit_ns"]
+    floor.call("repeats 1")
+    per_repeat = statistics.median(floor.call("run 20")["lat_ns"])
     for attempt in range(1, 4):
         t0 = time.perf_counter()
         for w in workers:
@@ -444,15 +437,17 @@ def bench_model(name, cfgs, args, budget_s, say):
             export_onnx(name, onnx_path)
         spin = "0" if Worker.omp_wait_policy == "PASSIVE" else "1"
         argv = ["node", os.path.join(HERE, "ort_worker.js"), onnx_path, kind, str(batch),
-                str(THREADS), str(warmup), spin]
+                str(THREADS), "0", spin]
         workers.append(Worker("onnxruntime-node", argv, {},
                               os.path.join(args.tmp, f"{name}_ort.err")))
     floor = Worker(FLOOR, [sys.executable, me, "--worker", "floor"], {},
                    os.path.join(args.tmp, f"{name}_floor.err"))
     workers.append(floor)
-    # Workers build and warm up at the same time; nothing is timed before all are ready.
+    # Workers build at the same time, then warm up one after the other (the floor: 100 units).
     for w in workers:
         w.ready()
+    for w in workers:
+        w.warm_up(100 if w is floor else warmup)
     ref = next((w for w in workers if w.label == "glibc"), workers[0])
     cal = calibrate_floor(workers, floor, ref, chunk, args.lead_in)
 
@@ -592,8 +587,6 @@ def main():
     cfgs = configs(os.path.abspath(args.build))
     if args.configs:
         cfgs = [c for c in cfgs if c[0] in args.configs.split(",")]
-    if args.warmup is not None:
-        os.environ["BENCH_WARMUP"] = str(args.warmup)
     lines = []
 
     def say(text=""):
@@ -618,8 +611,9 @@ def main():
         say()
         say("| configuration | calls/inference |")
         say("|---|---|")
+        warmup = args.warmup if args.warmup is not None else MODELS["resnet50_b1"][2]
         for label, env in cfgs:
-            n = syscall_count("resnet50_b1", label, env, args.tmp, 10)
+            n = syscall_count("resnet50_b1", label, env, args.tmp, warmup, 10)
             say(f"| {label} | {n:.1f} |")
     say()
     say(f"elapsed {time.time() - start:.0f} s; load average at end: "
