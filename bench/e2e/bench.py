@@ -557,14 +557,14 @@ def main():
                     help="untimed inferences before each chunk (default 1)")
     # OpenMP wait policy of every worker (onnxruntime's allow_spinning follows: off for
     # PASSIVE). "default" leaves OMP_WAIT_POLICY unset: libgomp spins a while after each
-    # parallel region, then sleeps, as PyTorch users get it. Measured here (ResNet-50 b1, 3-5
-    # configurations and the noise floor, chunks of 5 with one untimed inference, quiet
-    # machine, three runs each): default p50 48-63 ms against 79-106 ms for PASSIVE (a passive
-    # thread sleeps after every region and the vCPU has to be woken), noise floor p99/p50
-    # 1.13-1.21 against 1.17-2.50. Idle siblings do not suffer from it: a finished worker
-    # spins only briefly, inside the next worker's untimed opening inference. Under other load
-    # (a compilation on the same 2 cores) spinning collapses: p99/p50 above 12 for every
-    # configuration, p50 x3; hence PASSIVE on a shared machine (the earlier runs used it).
+    # parallel region, then sleeps, as PyTorch users get it. Measured here with the idle
+    # sibling workers of a run present (ResNet-50 b1, 3-5 configurations and the noise floor,
+    # chunks of 5 with one untimed inference, quiet machine, 3 runs default, 5 PASSIVE):
+    # glibc p50 48-63 ms against 79-106 ms (presumably the cost of waking a sleeping thread,
+    # and its vCPU, at every parallel region), noise floor p99/p50 1.13-1.21 against
+    # 1.17-2.50. Under other load (a compilation on the same 2 cores) spinning collapses:
+    # p99/p50 10-14 for every configuration, p50 x3; hence PASSIVE on a shared machine (the
+    # earlier runs used it).
     ap.add_argument("--omp-wait-policy", choices=("default", "PASSIVE", "ACTIVE"),
                     default="default",
                     help="OMP_WAIT_POLICY of every worker; default: unset (use PASSIVE when "
