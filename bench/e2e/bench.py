@@ -133,7 +133,7 @@ def export_onnx(name, path):
 
 # The noise floor's unit of work: a matrix product (compute-bound, about 0.6 ms here with 2
 # threads) and a vector addition over 4 MiB (memory-bound, about 0.35 ms), both into outputs
-# allocated once. A ResNet-50 inference at batch 1 is then about a hundred units, as many
+# allocated once. A ResNet-50 inference at batch 1 is then some 70 units, about as many
 # parallel regions as the model has operators, and no unit ever calls the allocator.
 FLOOR_MM = 384
 FLOOR_ADD = 1 << 20
@@ -289,10 +289,7 @@ class Worker:
         self.read()
 
     def warm_up(self, n):
-        """n untimed steps; returns their seconds."""
-        t0 = time.perf_counter()
         self.call(f"run 0 {n}")
-        return time.perf_counter() - t0
 
     def run(self, k, lead_in=0):
         r = self.call(f"run {k} {lead_in}")
@@ -378,7 +375,7 @@ def syscall_count(name, label, env, tmp, warmup, inferences):
             trace, sys.executable, os.path.abspath(__file__), "--worker", name]
     w = Worker(label, argv, env, os.path.join(tmp, f"strace_{name}_{label}.err"))
     w.ready()
-    w.warm_up(warmup)
+    w.warm_up(warmup + 2)  # two more: timed workers also run calibration rounds first
     for cmd in ("mark", f"run {inferences}", "mark"):
         w.call(cmd)
     w.quit()
