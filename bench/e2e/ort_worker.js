@@ -45,7 +45,10 @@ async function main() {
       const f1 = process.resourceUsage().minorPageFault;
       process.stdout.write(JSON.stringify({lat_ns: lat, minflt: f1 - f0}) + '\n');
     } else if (cmd[0] === 'quit') {
-      process.stdout.write(JSON.stringify({maxrss_kb: process.resourceUsage().maxRSS}) + '\n');
+      // VmHWM: the peak of this process image (maxRSS would include the parent's at fork).
+      const m = /VmHWM:\s+(\d+)/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'));
+      const kb = m ? Number(m[1]) : process.resourceUsage().maxRSS;
+      process.stdout.write(JSON.stringify({maxrss_kb: kb}) + '\n');
       process.exit(0);
     }
   }
