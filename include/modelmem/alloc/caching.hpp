@@ -87,6 +87,9 @@ struct CachingOptions {
 /// current cache operation. Statistics: current values and totals count parked blocks as free;
 /// peaks count them as allocated (an upper bound, off by at most the parked bytes; reset_peak()
 /// and trim() take all parked blocks back first).
+/// fork(): a child forked while another thread is inside a cache operation must not use the
+/// pool (the pool would wait for that thread, which the child does not have); the LD_PRELOAD
+/// library serialises its calls with a lock it holds across fork, so it is not affected.
 ///
 /// With expandable segments, reserved_bytes counts mapped bytes, `segment` counts the
 /// reserved ranges, and num_device_alloc / num_device_free count map / unmap calls.
