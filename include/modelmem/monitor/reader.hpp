@@ -18,7 +18,10 @@ struct ScanOptions {
   std::optional<std::int64_t> pid;     ///< only this process
   bool clean_stale = true;             ///< remove segments of dead processes (ours only)
   std::string directory = "/dev/shm";  ///< where POSIX shared memory lives (Linux)
-  unsigned max_wait_us = 20000;        ///< how long to wait for a write in progress
+  /// How long to wait for a write in progress. A write takes microseconds; only a writer
+  /// descheduled half-way (a loaded machine) takes longer, and then a short wait would skip a
+  /// live process as torn.
+  unsigned max_wait_us = 250000;
 };
 
 /// A segment left by a process that is gone (or whose pid now names another process).
@@ -41,7 +44,7 @@ Scan scan(const ScanOptions& options = {});
 /// Reads one segment file (opened read-only, never blocking on odd files). `note` says why
 /// nothing was returned.
 std::optional<ProcessSnapshot> read_segment_file(const std::string& path, std::string& note,
-                                                 unsigned max_wait_us = 20000);
+                                                 unsigned max_wait_us = 250000);
 
 /// The pid a segment file name ends with ("modelmem.alice.1234" -> 1234), when it has one.
 std::optional<std::int64_t> pid_from_segment_name(const std::string& name);
