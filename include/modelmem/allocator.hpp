@@ -88,6 +88,28 @@ struct Stats {
   std::size_t largest_free_block = 0;  ///< largest block servable without asking the device
   std::vector<std::string> warnings;   ///< e.g. the expandable-segments fallback notice
 
+  /// A block handed to a caller (`handed_out`) or taken back, in pool `k`: moves
+  /// allocated_bytes and active_bytes by `bytes`, requested_bytes by `requested`, and the
+  /// allocation and active counts by one. Strategies whose blocks are not split inside
+  /// segments (static, system, direct, planned) count every block this way.
+  void count_block(PoolKind k, std::size_t bytes, std::size_t requested, bool handed_out) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    const auto r = static_cast<std::int64_t>(requested);
+    if (handed_out) {
+      allocated_bytes.add(k, b);
+      active_bytes.add(k, b);
+      requested_bytes.add(k, r);
+      allocation.add(k, 1);
+      active.add(k, 1);
+    } else {
+      allocated_bytes.sub(k, b);
+      active_bytes.sub(k, b);
+      requested_bytes.sub(k, r);
+      allocation.sub(k, 1);
+      active.sub(k, 1);
+    }
+  }
+
   /// 1 - largest_free_block / (reserved - allocated): 0 when all free memory is one block.
   double fragmentation() const noexcept {
     auto free_bytes = reserved_bytes.all.current - allocated_bytes.all.current;

@@ -12,6 +12,21 @@ struct DirectAllocator::Impl {
   mutable std::mutex mutex;
   std::unordered_map<void*, std::size_t> live;
   Stats stats;
+
+  // One block is one segment (counted in the large pool): it is reserved, and one device call.
+  void count(std::size_t size, bool added) noexcept {
+    stats.count_block(PoolKind::kLarge, size, size, added);
+    const auto n = static_cast<std::int64_t>(size);
+    if (added) {
+      stats.reserved_bytes.add(PoolKind::kLarge, n);
+      stats.segment.add(PoolKind::kLarge, 1);
+      ++stats.num_device_alloc;
+    } else {
+      stats.reserved_bytes.sub(PoolKind::kLarge, n);
+      stats.segment.sub(PoolKind::kLarge, 1);
+      ++stats.num_device_free;
+    }
+  }
 };
 
 DirectAllocator::DirectAllocator(device::DevicePtr device) : impl_(std::make_unique<Impl>()) {
@@ -34,18 +49,7 @@ void* DirectAllocator::allocate(std::size_t size, Stream stream) {
       impl_->device->deallocate(p, size);
       throw;
     }
-    Stats& s = impl_->stats;
-    const auto n = static_cast<std::int64_t>(size);
-    for (CounterSet* c :
-         {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
-      c->all.add(n);
-      c->large.add(n);
-    }
-    for (CounterSet* c : {&s.allocation, &s.segment, &s.active}) {
-      c->all.add(1);
-      c->large.add(1);
-    }
-    s.num_device_alloc++;
+    impl_->count(size, true);
   }
   emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream);
   return p;
@@ -61,18 +65,7 @@ void DirectAllocator::deallocate(void* ptr) {
           "direct allocator: free of a pointer it did not hand out (or freed twice)");
     size = it->second;
     impl_->live.erase(it);
-    Stats& s = impl_->stats;
-    const auto n = static_cast<std::int64_t>(size);
-    for (CounterSet* c :
-         {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
-      c->all.sub(n);
-      c->large.sub(n);
-    }
-    for (CounterSet* c : {&s.allocation, &s.segment, &s.active}) {
-      c->all.sub(1);
-      c->large.sub(1);
-    }
-    s.num_device_free++;
+    impl_->count(size, false);
   }
   impl_->device->deallocate(ptr, size);
   emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), size);

@@ -465,11 +465,7 @@ void* PlannedAllocator::allocate(std::size_t size, Stream stream) {
   m.note_live(ptr, l);
   m.pstats.hits++;
   m.pstats.hit_bytes += size;
-  m.own.allocated_bytes.add(pool_of_request(size), static_cast<std::int64_t>(rounded));
-  m.own.requested_bytes.add(pool_of_request(size), static_cast<std::int64_t>(size));
-  m.own.allocation.add(pool_of_request(size), 1);
-  m.own.active.add(pool_of_request(size), 1);
-  m.own.active_bytes.add(pool_of_request(size), static_cast<std::int64_t>(rounded));
+  m.own.count_block(pool_of_request(size), rounded, size, true);
   emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(ptr), size, stream);
   return ptr;
 }
@@ -498,11 +494,7 @@ void PlannedAllocator::deallocate(void* ptr) {
     } else if (a.live == 0) {
       m.release_arena(l.arena);
     }
-    m.own.allocated_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.rounded));
-    m.own.requested_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.requested));
-    m.own.active.sub(pool_of_request(l.requested), 1);
-    m.own.active_bytes.sub(pool_of_request(l.requested), static_cast<std::int64_t>(l.rounded));
-    m.own.allocation.sub(pool_of_request(l.requested), 1);
+    m.own.count_block(pool_of_request(l.requested), l.rounded, l.requested, false);
   }
   emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), l.requested);
 }

@@ -184,12 +184,7 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
 
   const std::uintptr_t address = m.base + offset;
   m.insert_live(address, Impl::Live{rounded, size});
-  PoolKind kind = pool_of_request(size);
-  m.stats.allocated_bytes.add(kind, static_cast<std::int64_t>(rounded));
-  m.stats.active_bytes.add(kind, static_cast<std::int64_t>(rounded));
-  m.stats.requested_bytes.add(kind, static_cast<std::int64_t>(size));
-  m.stats.allocation.add(kind, 1);
-  m.stats.active.add(kind, 1);
+  m.stats.count_block(pool_of_request(size), rounded, size, true);
   m.update_split_counters();
   emit(EventKind::kAlloc, address, size, stream);
   return reinterpret_cast<void*>(address);
@@ -229,12 +224,7 @@ void StaticAllocator::deallocate(void* ptr) {
   }
   m.insert_free(offset, size);
 
-  PoolKind kind = pool_of_request(block.requested);
-  m.stats.allocated_bytes.sub(kind, static_cast<std::int64_t>(block.size));
-  m.stats.active_bytes.sub(kind, static_cast<std::int64_t>(block.size));
-  m.stats.requested_bytes.sub(kind, static_cast<std::int64_t>(block.requested));
-  m.stats.allocation.sub(kind, 1);
-  m.stats.active.sub(kind, 1);
+  m.stats.count_block(pool_of_request(block.requested), block.size, block.requested, false);
   m.update_split_counters();
   emit(EventKind::kFree, address, block.size);
 }

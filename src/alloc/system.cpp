@@ -70,13 +70,9 @@ void* SystemAllocator::allocate(std::size_t size, Stream stream) {
       node.mapped() = Impl::Live{rounded, size};
       m.live.insert(std::move(node));
     }
-    PoolKind kind = pool_of_request(size);
-    m.stats.allocated_bytes.add(kind, static_cast<std::int64_t>(rounded));
+    const PoolKind kind = pool_of_request(size);
+    m.stats.count_block(kind, rounded, size, true);
     m.stats.reserved_bytes.add(kind, static_cast<std::int64_t>(rounded));
-    m.stats.active_bytes.add(kind, static_cast<std::int64_t>(rounded));
-    m.stats.requested_bytes.add(kind, static_cast<std::int64_t>(size));
-    m.stats.allocation.add(kind, 1);
-    m.stats.active.add(kind, 1);
     m.stats.segment.add(kind, 1);
     ++m.stats.num_device_alloc;
   }
@@ -100,13 +96,9 @@ void SystemAllocator::deallocate(void* ptr) {
     }
     block = it->second;
     m.spare.push_back(m.live.extract(it));
-    PoolKind kind = pool_of_request(block.requested);
-    m.stats.allocated_bytes.sub(kind, static_cast<std::int64_t>(block.size));
+    const PoolKind kind = pool_of_request(block.requested);
+    m.stats.count_block(kind, block.size, block.requested, false);
     m.stats.reserved_bytes.sub(kind, static_cast<std::int64_t>(block.size));
-    m.stats.active_bytes.sub(kind, static_cast<std::int64_t>(block.size));
-    m.stats.requested_bytes.sub(kind, static_cast<std::int64_t>(block.requested));
-    m.stats.allocation.sub(kind, 1);
-    m.stats.active.sub(kind, 1);
     m.stats.segment.sub(kind, 1);
     ++m.stats.num_device_free;
   }
