@@ -120,7 +120,9 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
       ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u);
       const auto addr = reinterpret_cast<std::uintptr_t>(p);
       auto it = shadow.upper_bound(addr);
-      if (it != shadow.end()) ASSERT_LE(addr + size, it->first) << "overlaps the next block";
+      if (it != shadow.end()) {
+        ASSERT_LE(addr + size, it->first) << "overlaps the next block";
+      }
       if (it != shadow.begin()) {
         --it;
         ASSERT_LE(it->first + it->second, addr) << "overlaps the previous block";
