@@ -251,6 +251,11 @@ def configs(build):
         ("modelmem-planned",
          {"LD_PRELOAD": preload, "MODELMEM_ALLOC_CONF": "strategy:planned",
           "MODELMEM_REPORT": "1"}),
+        # The same, with the small requests (below 64 KiB) given to mimalloc instead of glibc:
+        # modelmem composes with the allocator preloaded after it.
+        ("modelmem-planned+mimalloc",
+         {"LD_PRELOAD": f"{preload} {LIB}/libmimalloc.so.2",
+          "MODELMEM_ALLOC_CONF": "strategy:planned", "MODELMEM_REPORT": "1"}),
     ]
 
 
@@ -555,6 +560,12 @@ def main():
                     help="timed inferences per configuration, if the budget allows (default 200)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", help="comma-separated subset of the configurations (smoke tests)")
+    ap.add_argument("--extra", action="append",
+                    help="one more configuration, 'LABEL;VAR=VALUE;...' (repeatable; {build} and "
+                         "{lib} in a value stand for the build directory and Debian's library "
+                         "directory), e.g. 'planned-tc;LD_PRELOAD={build}/integrations/preload/"
+                         "libmodelmem_preload.so {lib}/libtcmalloc_minimal.so.4;"
+                         "MODELMEM_ALLOC_CONF=strategy:planned'")
     ap.add_argument("--warmup", type=int, help="warm-up inferences (default: per model)")
     ap.add_argument("--chunk", type=int, help="timed inferences per chunk (default: per model)")
     # Between two of its chunks a worker sits idle while the others run and evict its caches:
@@ -595,6 +606,17 @@ def main():
     cfgs = configs(os.path.abspath(args.build))
     if args.configs:
         cfgs = [c for c in cfgs if c[0] in args.configs.split(",")]
+    for extra in args.extra or []:
+        label, *assignments = extra.split(";")
+        env = {}
+        for a in assignments:
+            var, sep, value = a.partition("=")
+            if not sep or not var:
+                ap.error(f"--extra {extra!r}: expected LABEL;VAR=VALUE;...")
+            env[var] = value.replace("{build}", os.path.abspath(args.build)).replace("{lib}", LIB)
+        if not label.startswith("modelmem"):
+            label = "modelmem " + label  # compared with the peers like the modelmem rows
+        cfgs.append((label, env))
     lines = []
 
     def say(text=""):

@@ -1,12 +1,18 @@
 // libmodelmem_preload.so: LD_PRELOAD it into any process to serve large heap requests from a
-// modelmem strategy (MODELMEM_ALLOC_CONF, e.g. strategy:planned) and everything else from the C
-// library.
+// modelmem strategy (MODELMEM_ALLOC_CONF, e.g. strategy:planned) and everything else from the
+// next allocator in the lookup order: the C library, or an allocator preloaded after this one
+// (LD_PRELOAD="libmodelmem_preload.so libmimalloc.so.2" gives small requests to mimalloc).
+//
+// The next allocator's functions are looked up (dlsym RTLD_NEXT) on the first call of any of
+// ours, before anything is handed out, so every small block is made and freed by the same
+// allocator. The few requests made while that lookup itself runs come from a static bootstrap
+// buffer whose blocks are never reused.
 //
 // How pointers find their way home: every modelmem segment lies inside one address range
 // reserved at start-up (RegionDevice), so free/realloc/malloc_usable_size route by one
 // comparison. Everything made while the library is not ready (before its constructor ran,
 // during its own initialisation, inside modelmem itself on the same thread) comes from the C
-// library, so recursion is impossible: modelmem's own containers use the C heap.
+// library (the next allocator), so recursion is impossible: modelmem's own containers use it.
 //
 // Concurrency: one mutex serialises calls into the strategy (which is thread-safe anyway); the
 // same mutex is held across fork() (pthread_atfork) so a child never inherits it locked.
@@ -34,20 +40,12 @@
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
 
-extern "C" {
-void* __libc_malloc(size_t size);
-void __libc_free(void* ptr);
-void* __libc_calloc(size_t n, size_t size);
-void* __libc_realloc(void* ptr, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-}
-
 namespace modelmem::preload {
 namespace {
 
 enum State : int { kNotReady = 0, kInitialising = 1, kReady = 2, kOff = 3 };
 
-// Larger alignments (valloc, pvalloc, page-aligned memalign) go to the C library.
+// Larger alignments (valloc, pvalloc, page-aligned memalign) go to the next allocator.
 constexpr std::size_t kMaxAlignment = 256;
 
 std::atomic<int> g_state{kNotReady};
@@ -66,7 +64,7 @@ std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
 
 // Requests counted for the report (under g_mutex, except the C-library ones: relaxed atomics).
 std::uint64_t g_served = 0;
-std::uint64_t g_refused = 0;  // strategy out of memory: served by the C library instead
+std::uint64_t g_refused = 0;  // strategy out of memory: served by the next allocator instead
 std::atomic<std::uint64_t> g_large_libc{0};
 
 // Depth of modelmem code on this thread: > 0 means "we are inside modelmem, use the C heap".
@@ -78,16 +76,120 @@ struct Inside {
   ~Inside() { --t_depth; }
 };
 
-using UsableFn = size_t (*)(void*);
-UsableFn libc_usable() {
-  static std::atomic<UsableFn> fn{nullptr};
-  UsableFn f = fn.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    Inside inside;  // dlsym may allocate (its error buffer)
-    f = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
-    fn.store(f, std::memory_order_release);
+// ---- the next allocator
+
+struct NextAllocator {
+  void* (*malloc)(size_t);
+  void (*free)(void*);
+  void* (*calloc)(size_t, size_t);
+  void* (*realloc)(void*, size_t);
+  void* (*memalign)(size_t, size_t);
+  size_t (*usable)(void*);
+};
+
+NextAllocator g_next{};
+std::atomic<bool> g_next_ready{false};
+pthread_once_t g_next_once = PTHREAD_ONCE_INIT;
+// Set while this thread looks the next allocator up: its requests go to the bootstrap buffer.
+__thread bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
+
+template <typename Fn>
+Fn lookup(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+void resolve_next() {
+  t_resolving = true;
+  NextAllocator n{};
+  n.malloc = lookup<decltype(n.malloc)>("malloc");
+  n.free = lookup<decltype(n.free)>("free");
+  n.calloc = lookup<decltype(n.calloc)>("calloc");
+  n.realloc = lookup<decltype(n.realloc)>("realloc");
+  n.memalign = lookup<decltype(n.memalign)>("memalign");
+  n.usable = lookup<decltype(n.usable)>("malloc_usable_size");
+  t_resolving = false;
+  if (!n.malloc || !n.free || !n.calloc || !n.realloc || !n.memalign || !n.usable) {
+    // Cannot happen with a C library below us; nothing sensible is left to do.
+    static const char msg[] =
+        "modelmem preload: no malloc/free/calloc/realloc/memalign/"
+        "malloc_usable_size after this library in the lookup order\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    std::abort();
   }
-  return f;
+  g_next = n;
+  g_next_ready.store(true, std::memory_order_release);
+}
+
+// Requests made while the next allocator is being looked up (dlsym's own bookkeeping): bumped
+// out of a static buffer, never reused, freed as no-ops. Each block starts after a 16-byte
+// header holding its size.
+constexpr std::size_t kBootstrapBytes = 64u << 10;
+alignas(64) unsigned char g_bootstrap[kBootstrapBytes];
+std::atomic<std::size_t> g_bootstrap_used{0};
+
+bool in_bootstrap(const void* p) noexcept {
+  auto* b = static_cast<const unsigned char*>(p);
+  return b >= g_bootstrap && b < g_bootstrap + kBootstrapBytes;
+}
+
+void* bootstrap_alloc(std::size_t size, std::size_t alignment = 16) noexcept {
+  if (alignment < 16) alignment = 16;
+  std::size_t used = g_bootstrap_used.load(std::memory_order_relaxed);
+  for (;;) {
+    std::size_t start = (used + 16 + alignment - 1) / alignment * alignment;
+    if (start > kBootstrapBytes || size > kBootstrapBytes - start) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    if (g_bootstrap_used.compare_exchange_weak(used, start + size, std::memory_order_relaxed)) {
+      std::memcpy(g_bootstrap + start - sizeof(std::size_t), &size, sizeof size);
+      return g_bootstrap + start;
+    }
+  }
+}
+
+std::size_t bootstrap_size(const void* p) noexcept {
+  std::size_t size;
+  std::memcpy(&size, static_cast<const unsigned char*>(p) - sizeof size, sizeof size);
+  return size;
+}
+
+// The next allocator, or nullptr while this thread is looking it up (use the bootstrap buffer).
+inline const NextAllocator* next() noexcept {
+  if (__builtin_expect(g_next_ready.load(std::memory_order_acquire), 1)) return &g_next;
+  if (t_resolving) return nullptr;
+  pthread_once(&g_next_once, resolve_next);
+  return &g_next;
+}
+
+void* next_malloc(std::size_t size) noexcept {
+  const NextAllocator* n = next();
+  return n ? n->malloc(size) : bootstrap_alloc(size);
+}
+
+void* next_memalign(std::size_t alignment, std::size_t size) noexcept {
+  const NextAllocator* n = next();
+  return n ? n->memalign(alignment, size) : bootstrap_alloc(size, alignment);
+}
+
+void* next_calloc(std::size_t count, std::size_t size) noexcept {
+  const NextAllocator* n = next();
+  if (n) return n->calloc(count, size);
+  std::size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return bootstrap_alloc(total);  // static memory, never reused: still zero
+}
+
+// A name for the report: the file the next malloc lives in.
+std::string next_name() {
+  Dl_info info{};
+  if (g_next_ready.load(std::memory_order_acquire) &&
+      dladdr(reinterpret_cast<void*>(g_next.malloc), &info) != 0 && info.dli_fname != nullptr)
+    return info.dli_fname;
+  return "?";
 }
 
 bool ready() noexcept {
@@ -137,12 +239,12 @@ std::size_t mm_size(const void* p) noexcept {
   return it == g_sizes->end() ? 0 : it->second;
 }
 
-// Requests served by modelmem; the sizes of the others are left to the C library.
+// Requests served by modelmem; the sizes of the others are left to the next allocator.
 void* large_malloc(std::size_t size) noexcept {
   void* p = mm_allocate(size);
   if (p == nullptr) {
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
-    p = __libc_malloc(size);
+    p = next_malloc(size);
   }
   return p;
 }
@@ -168,7 +270,8 @@ void print_report() {
   std::fprintf(out, "modelmem preload report (pid %d)\n", static_cast<int>(getpid()));
   std::fprintf(out, "  strategy          %s\n", g_describe ? g_describe->c_str() : "?");
   std::fprintf(out, "  threshold         %s\n", human(g_threshold).c_str());
-  std::fprintf(out, "  large requests    %llu by modelmem, %llu by the C library (refused)\n",
+  std::fprintf(out, "  small requests    %s\n", next_name().c_str());
+  std::fprintf(out, "  large requests    %llu by modelmem, %llu by the next allocator (refused)\n",
                static_cast<unsigned long long>(g_served),
                static_cast<unsigned long long>(g_large_libc.load()));
   alloc::Stats s = g_alloc->stats();
@@ -258,7 +361,8 @@ void initialise() noexcept {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     g_state.store(kReady, std::memory_order_release);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "modelmem preload: disabled, every request goes to the C library: %s\n",
+    std::fprintf(stderr,
+                 "modelmem preload: disabled, every request goes to the next allocator: %s\n",
                  e.what());
     g_state.store(kOff, std::memory_order_release);
   }
@@ -274,7 +378,7 @@ bool valid_alignment(std::size_t a) noexcept {
 
 void* aligned(std::size_t alignment, std::size_t size) noexcept {
   if (size >= g_threshold && alignment <= kMaxAlignment && ready()) return large_malloc(size);
-  return __libc_memalign(alignment, size);
+  return next_memalign(alignment, size);
 }
 
 }  // namespace
@@ -295,7 +399,7 @@ __attribute__((visibility("default"))) int modelmem_preload_owns(const void* p) 
 
 __attribute__((visibility("default"))) void* malloc(size_t size) {
   if (size >= g_threshold && ready()) return large_malloc(size);
-  return __libc_malloc(size);
+  return next_malloc(size);
 }
 
 __attribute__((visibility("default"))) void free(void* ptr) {
@@ -304,7 +408,8 @@ __attribute__((visibility("default"))) void free(void* ptr) {
     mm_free(ptr);
     return;
   }
-  __libc_free(ptr);
+  if (in_bootstrap(ptr)) return;
+  next()->free(ptr);  // a block exists, so the next allocator is known
 }
 
 __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
@@ -321,7 +426,7 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
     }
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
   }
-  return __libc_calloc(n, size);
+  return next_calloc(n, size);
 }
 
 __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
@@ -339,15 +444,22 @@ __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
     mm_free(ptr);
     return q;
   }
-  if (size < g_threshold || !ready()) return __libc_realloc(ptr, size);
+  if (in_bootstrap(ptr)) {  // moved out; the bootstrap block itself is never reused
+    const std::size_t old = bootstrap_size(ptr);
+    void* q = malloc(size);
+    if (q != nullptr) std::memcpy(q, ptr, old < size ? old : size);
+    return q;
+  }
+  const NextAllocator* n = next();
+  if (size < g_threshold || !ready()) return n->realloc(ptr, size);
   void* q = mm_allocate(size);
   if (q == nullptr) {
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(ptr, size);
+    return n->realloc(ptr, size);
   }
-  std::size_t old = libc_usable()(ptr);
+  std::size_t old = n->usable(ptr);
   std::memcpy(q, ptr, old < size ? old : size);
-  __libc_free(ptr);
+  n->free(ptr);
   return q;
 }
 
@@ -377,7 +489,7 @@ __attribute__((visibility("default"))) void* memalign(size_t alignment, size_t s
 }
 
 __attribute__((visibility("default"))) void* valloc(size_t size) {
-  return __libc_memalign(static_cast<size_t>(sysconf(_SC_PAGESIZE)), size);
+  return next_memalign(static_cast<size_t>(sysconf(_SC_PAGESIZE)), size);
 }
 
 __attribute__((visibility("default"))) void* pvalloc(size_t size) {
@@ -388,13 +500,14 @@ __attribute__((visibility("default"))) void* pvalloc(size_t size) {
     return nullptr;
   }
   rounded = rounded / page * page;
-  return __libc_memalign(page, rounded == 0 ? page : rounded);
+  return next_memalign(page, rounded == 0 ? page : rounded);
 }
 
 __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
   if (ptr == nullptr) return 0;
   if (ours(ptr)) return mm_size(ptr);
-  return libc_usable()(ptr);
+  if (in_bootstrap(ptr)) return bootstrap_size(ptr);
+  return next()->usable(ptr);
 }
 
 }  // extern "C"

@@ -105,6 +105,32 @@ TEST_F(Preload, WritesATraceInTheTraceFormat) {
   std::remove(trace.c_str());
 }
 
+TEST_F(Preload, SmallRequestsGoToTheAllocatorPreloadedAfterIt) {
+  // Debian's multiarch directory, where scripts/setup installs them.
+  const std::string dir = "/usr/lib/x86_64-linux-gnu/";
+  int tried = 0;
+  for (const char* name : {"libmimalloc.so.2", "libtcmalloc_minimal.so.4", "libjemalloc.so.2"}) {
+    if (!std::ifstream(dir + name)) continue;
+    tried++;
+    for (const char* conf : {"strategy:planned", "strategy:caching"}) {
+      SCOPED_TRACE(std::string(name) + " " + conf);
+      // Every interposed function, threads, fork, dlopen and the blocks made before modelmem
+      // was ready: small ones must be made and freed by the same (next) allocator.
+      Result r = run("LD_PRELOAD='" + kLib + " " + kEarly + " " + dir + name +
+                         "' MODELMEM_REPORT=1 MODELMEM_ALLOC_CONF=" + conf,
+                     kCheck + " all");
+      ASSERT_EQ(r.rc, 0) << r.out;
+      EXPECT_NE(r.out.find("preload_check all: ok"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("small requests    " + dir + name), std::string::npos) << r.out;
+    }
+  }
+  if (tried == 0) GTEST_SKIP() << "none of mimalloc, tcmalloc, jemalloc is installed in " << dir;
+  // Alone, the small requests go to the C library.
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " ready");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +\S*libc\.so)"))) << r.out;
+}
+
 TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
   Result r = run(preload_env("strategy:nonsense"), kCheck + " threads");
   ASSERT_EQ(r.rc, 0) << r.out;
