@@ -3,7 +3,8 @@
 
 Runs ResNet-50 (batch 1 and 8) and a BERT-base encoder (batch 1, seq 128) with random weights
 under glibc malloc, jemalloc, tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem
-caching and modelmem planned arena (libmodelmem_preload.so), and the same models exported to
+caching and modelmem planned arena (libmodelmem_preload.so; alone, with small requests going to
+glibc, and composed with mimalloc or tcmalloc preloaded after it), and the same models exported to
 ONNX under onnxruntime-node as a reference.
 
 Method. One worker process per configuration stays alive for a model, plus a noise-floor
@@ -251,10 +252,13 @@ def configs(build):
         ("modelmem-planned",
          {"LD_PRELOAD": preload, "MODELMEM_ALLOC_CONF": "strategy:planned",
           "MODELMEM_REPORT": "1"}),
-        # The same, with the small requests (below 64 KiB) given to mimalloc instead of glibc:
-        # modelmem composes with the allocator preloaded after it.
+        # The same, with the small requests (below 64 KiB) given to mimalloc or tcmalloc instead
+        # of glibc: modelmem composes with the allocator preloaded after it.
         ("modelmem-planned+mimalloc",
          {"LD_PRELOAD": f"{preload} {LIB}/libmimalloc.so.2",
+          "MODELMEM_ALLOC_CONF": "strategy:planned", "MODELMEM_REPORT": "1"}),
+        ("modelmem-planned+tcmalloc",
+         {"LD_PRELOAD": f"{preload} {LIB}/libtcmalloc_minimal.so.4",
           "MODELMEM_ALLOC_CONF": "strategy:planned", "MODELMEM_REPORT": "1"}),
     ]
 

@@ -335,6 +335,10 @@ void initialise() noexcept {
     std::size_t reserve = config.get_size("preload_reserve_gb") << 30;
     g_region =
         new RegionDevice(reserve, config.get_bool("prefault"), config.get_bool("huge_pages"));
+    // Those two are the region's (host memory) settings, taken here: build() would refuse them
+    // for a device it did not make itself.
+    std::erase_if(config.explicit_keys,
+                  [](const std::string& k) { return k == "huge_pages" || k == "prefault"; });
     // The C library now sees small requests only: keep its heap top instead of trimming it
     // at 128 KiB (its default), or a steady loop would shrink and regrow it (brk calls and page
     // faults) over and over.

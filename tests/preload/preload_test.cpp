@@ -131,6 +131,17 @@ TEST_F(Preload, SmallRequestsGoToTheAllocatorPreloadedAfterIt) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +\S*libc\.so)"))) << r.out;
 }
 
+TEST_F(Preload, HugePagesAndPrefaultAreSettingsOfItsRegion) {
+  // They were once refused as "host memory only" by the strategy factory, which disabled the
+  // whole library.
+  Result r =
+      run(preload_env("strategy:planned,huge_pages:true,prefault:true") + " MODELMEM_REPORT=1",
+          kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("disabled"), std::string::npos) << r.out;
+  EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
+}
+
 TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
   Result r = run(preload_env("strategy:nonsense"), kCheck + " threads");
   ASSERT_EQ(r.rc, 0) << r.out;
