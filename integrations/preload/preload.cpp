@@ -413,7 +413,9 @@ __attribute__((visibility("default"))) void free(void* ptr) {
     return;
   }
   if (in_bootstrap(ptr)) return;
-  next()->free(ptr);  // a block exists, so the next allocator is known
+  // Null only while this thread looks the next allocator up, before it made any block: a
+  // pointer from elsewhere (the loader's start-up heap) is left alone.
+  if (const NextAllocator* n = next()) n->free(ptr);
 }
 
 __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
@@ -455,6 +457,10 @@ __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
     return q;
   }
   const NextAllocator* n = next();
+  if (n == nullptr) {  // see free()
+    errno = ENOMEM;
+    return nullptr;
+  }
   if (size < g_threshold || !ready()) return n->realloc(ptr, size);
   void* q = mm_allocate(size);
   if (q == nullptr) {
@@ -511,7 +517,8 @@ __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {
   if (ptr == nullptr) return 0;
   if (ours(ptr)) return mm_size(ptr);
   if (in_bootstrap(ptr)) return bootstrap_size(ptr);
-  return next()->usable(ptr);
+  const NextAllocator* n = next();
+  return n ? n->usable(ptr) : 0;
 }
 
 }  // extern "C"

@@ -142,6 +142,52 @@ TEST_F(Preload, HugePagesAndPrefaultAreSettingsOfItsRegion) {
   EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
 }
 
+TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
+  const std::string cli = MODELMEM_CLI;
+  // The library is found next to the tool in the build tree; the configuration is checked.
+  Result r =
+      run("", cli + " run --small libc --report --conf strategy:planned -- " + kCheck + " threads");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("preload_check threads: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("modelmem preload report"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +\S*libc\.so)"))) << r.out;
+
+  const std::string dir = "/usr/lib/x86_64-linux-gnu/";
+  if (std::ifstream(dir + "libmimalloc.so.2")) {
+    r = run("MODELMEM_ALLOC_CONF=strategy:caching",
+            cli + " run --small mimalloc --report -- " + kCheck + " threads");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    // The tool names it in the C library's directory (/lib or /usr/lib: the same on Debian).
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +/\S*/libmimalloc\.so\.2)")))
+        << r.out;
+    EXPECT_NE(r.out.find("caching"), std::string::npos) << r.out;  // from the environment
+  }
+
+  // --dry-run prints the line, quoted for a shell; modelmem comes first in LD_PRELOAD.
+  r = run("LD_PRELOAD= MODELMEM_ALLOC_CONF=", cli + " run --dry-run --preload " + kLib +
+                                                  " --trace /tmp/t.csv -- " + "prog 'two words'");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("LD_PRELOAD=" + kLib +
+                       " MODELMEM_ALLOC_CONF=strategy:planned "
+                       "MODELMEM_TRACE=/tmp/t.csv prog 'two words'"),
+            std::string::npos)
+      << r.out;
+
+  // Bad input: named, exit code 2; a program that does not exist: 127.
+  r = run("", cli + " run --conf strategy:bogus -- true");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("strategy"), std::string::npos) << r.out;
+  r = run("", cli + " run --small nosuch -- true");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--small nosuch"), std::string::npos) << r.out;
+  r = run("", cli + " run --preload /nonexistent/lib.so -- true");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("no such file"), std::string::npos) << r.out;
+  r = run("", cli + " run -- /nonexistent/program");
+  EXPECT_EQ(r.rc, 127) << r.out;
+  EXPECT_NE(r.out.find("cannot run /nonexistent/program"), std::string::npos) << r.out;
+}
+
 TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
   Result r = run(preload_env("strategy:nonsense"), kCheck + " threads");
   ASSERT_EQ(r.rc, 0) << r.out;

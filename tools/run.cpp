@@ -1,0 +1,181 @@
+// `modelmem run [options] -- PROGRAM [ARGS...]`: runs a program under libmodelmem_preload.so,
+// optionally composed with a small-object allocator preloaded after it, with the configuration
+// checked before the program starts (a bad string is an error here, not a silently disabled
+// library in the program's stderr).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "modelmem/alloc/config.hpp"
+#include "modelmem/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace modelmem::tools {
+namespace {
+
+struct Args {
+  std::string conf;
+  bool conf_given = false;
+  std::string small = "libc";
+  std::string preload;
+  std::string trace;
+  bool report = false;
+  bool dry_run = false;
+  std::vector<std::string> command;
+};
+
+// Debian's names of the small-object allocators, in the C library's directory.
+const std::map<std::string, std::pair<std::string, std::string>>& known_allocators() {
+  static const std::map<std::string, std::pair<std::string, std::string>> known = {
+      {"tcmalloc", {"libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"}},
+      {"mimalloc", {"libmimalloc.so.2", "libmimalloc2.0"}},
+      {"jemalloc", {"libjemalloc.so.2", "libjemalloc2"}},
+  };
+  return known;
+}
+
+// The directory the C library was loaded from (/lib/x86_64-linux-gnu on Debian amd64).
+fs::path libc_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&std::fopen), &info) == 0 || info.dli_fname == nullptr)
+    throw Error("run: cannot tell where the C library was loaded from");
+  return fs::path(info.dli_fname).parent_path();
+}
+
+// The small-object allocator to preload after modelmem, or "" for the C library.
+std::string small_allocator(const std::string& name) {
+  if (name == "libc" || name == "glibc") return "";
+  auto it = known_allocators().find(name);
+  if (it != known_allocators().end()) {
+    fs::path dir = libc_directory();
+    for (const fs::path& d : {dir, fs::path("/usr") / dir.relative_path()}) {
+      if (fs::exists(d / it->second.first)) return (d / it->second.first).string();
+    }
+    throw InvalidInput("run: --small " + name + ": " + (dir / it->second.first).string() +
+                       " is not installed (Debian package " + it->second.second + ")");
+  }
+  if (name.find('/') == std::string::npos)
+    throw InvalidInput("run: --small " + name +
+                       ": expected libc, tcmalloc, mimalloc, jemalloc or the path of a library");
+  if (!fs::exists(name)) throw InvalidInput("run: --small " + name + ": no such file");
+  return fs::absolute(name).string();
+}
+
+// libmodelmem_preload.so: --preload, $MODELMEM_PRELOAD, next to this tool in a build tree,
+// or in ../lib of an installation.
+std::string preload_library(const std::string& given) {
+  if (!given.empty()) {
+    if (!fs::exists(given)) throw InvalidInput("run: --preload " + given + ": no such file");
+    return fs::absolute(given).string();
+  }
+  if (const char* env = std::getenv("MODELMEM_PRELOAD"); env != nullptr && *env != '\0') {
+    if (!fs::exists(env))
+      throw InvalidInput(std::string("run: MODELMEM_PRELOAD=") + env + ": no such file");
+    return fs::absolute(env).string();
+  }
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("run: cannot find this program's own path: " + ec.message());
+  const fs::path here = self.parent_path();
+  std::vector<fs::path> candidates = {here / "integrations/preload/libmodelmem_preload.so",
+                                      here / "../lib/libmodelmem_preload.so"};
+  for (const auto& c : candidates)
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  throw InvalidInput("run: libmodelmem_preload.so not found (looked in " + candidates[0].string() +
+                     " and " + candidates[1].string() +
+                     "); give --preload PATH or set MODELMEM_PRELOAD");
+}
+
+// A word for a shell line, quoted where needed.
+std::string shell_word(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-+=./:,@%") == std::string::npos)
+    return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int run(const Args& args) {
+  if (args.command.empty())
+    throw InvalidInput("run: no program given (modelmem run [options] -- PROGRAM [ARGS...])");
+  std::string conf = args.conf;
+  if (!args.conf_given) {
+    const char* env = std::getenv("MODELMEM_ALLOC_CONF");
+    conf = env != nullptr && *env != '\0' ? env : "strategy:planned";
+  }
+  alloc::Config parsed = alloc::parse_config(conf);  // throws InvalidInput naming the key
+  if (parsed.get("strategy") == "system")
+    std::fprintf(stderr,
+                 "modelmem run: strategy:system leaves every request to the next allocator\n");
+
+  std::vector<std::string> preloads = {preload_library(args.preload)};
+  if (std::string small = small_allocator(args.small); !small.empty()) preloads.push_back(small);
+  std::string ld_preload;
+  for (const auto& p : preloads) ld_preload += (ld_preload.empty() ? "" : " ") + p;
+  // What was preloaded already comes after: modelmem must come first to see every request.
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0')
+    ld_preload += std::string(" ") + old;
+
+  std::vector<std::pair<std::string, std::string>> env = {{"LD_PRELOAD", ld_preload},
+                                                          {"MODELMEM_ALLOC_CONF", conf}};
+  if (args.report) env.emplace_back("MODELMEM_REPORT", "1");
+  if (!args.trace.empty()) env.emplace_back("MODELMEM_TRACE", args.trace);
+
+  if (args.dry_run) {
+    std::string line;
+    for (const auto& [k, v] : env) line += k + "=" + shell_word(v) + " ";
+    for (std::size_t i = 0; i < args.command.size(); ++i)
+      line += (i ? " " : "") + shell_word(args.command[i]);
+    std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::fprintf(stderr, "modelmem run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
+
+void setup(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run a program under libmodelmem_preload.so (large requests to modelmem, small ones to "
+      "glibc or to --small), the configuration checked first");
+  cmd->add_option("--conf", args->conf,
+                  "Configuration string (default: $MODELMEM_ALLOC_CONF, else strategy:planned)");
+  cmd->add_option("--small", args->small,
+                  "Allocator of requests below the threshold: libc, tcmalloc, mimalloc, jemalloc "
+                  "or a library path (preloaded after modelmem)")
+      ->capture_default_str();
+  cmd->add_option("--preload", args->preload,
+                  "Path of libmodelmem_preload.so (default: $MODELMEM_PRELOAD, else next to this "
+                  "tool)");
+  cmd->add_flag("--report", args->report, "Print modelmem's summary at exit (MODELMEM_REPORT=1)");
+  cmd->add_option("--trace", args->trace, "Write an allocation trace to FILE (MODELMEM_TRACE)");
+  cmd->add_flag("--dry-run", args->dry_run, "Print the command line instead of running it");
+  cmd->add_option("command", args->command, "PROGRAM [ARGS...] (after --)")->required();
+  cmd->callback([args, cmd, &exit_code] {
+    args->conf_given = cmd->count("--conf") > 0;
+    exit_code = run(*args);
+  });
+}
+
+CommandRegistration reg(75, &setup);
+
+}  // namespace
+}  // namespace modelmem::tools
