@@ -178,7 +178,9 @@ TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
   EXPECT_TRUE(validate(p, *r.plan));
   EXPECT_GE(r.plan->arena_size, r.lower_bound);
   EXPECT_GE(r.lower_bound, lower_bound(p));
-  if (!r.proven_optimal) EXPECT_NE(r.note.find("gap"), std::string::npos);
+  if (!r.proven_optimal) {
+    EXPECT_NE(r.note.find("gap"), std::string::npos);
+  }
 }
 
 TEST(ExactSolver, NodeLimitStopsADecision) {
@@ -232,8 +234,9 @@ TEST(ExactSolver, NeverWorseThanAnyHeuristic) {
       EXPECT_LE(e.plan->arena_size, r.plan->arena_size) << h << " trial " << trial;
       EXPECT_LE(bs.plan->arena_size, r.plan->arena_size) << h << " trial " << trial;
     }
-    if (e.proven_optimal && bs.proven_optimal)
+    if (e.proven_optimal && bs.proven_optimal) {
       EXPECT_EQ(e.plan->arena_size, bs.plan->arena_size) << "trial " << trial;
+    }
   }
 }
 
