@@ -47,7 +47,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIB = "/usr/lib/x86_64-linux-gnu"
-THREADS = 2
+# Intra-op threads of every worker (--threads; passed to the workers in the environment).
+THREADS = int(os.environ.get("MODELMEM_E2E_THREADS", "2"))
 
 MODELS = {
     # name: (kind, batch, warm-up inferences, chunk size). Small chunks make many rounds, the
@@ -274,8 +275,12 @@ class Worker:
     # Settings shared by every worker of a run (set once by main()).
     omp_wait_policy = "default"
 
+    cpus = None  # --cpus: every worker pinned to these CPUs (taskset list)
+
     def __init__(self, label, argv, env, stderr_path):
         self.label = label
+        if self.cpus:
+            argv = ["taskset", "-c", self.cpus] + list(argv)
         self.err = open(stderr_path, "w")
         full_env = dict(os.environ)
         full_env["OMP_NUM_THREADS"] = str(THREADS)
@@ -555,6 +560,7 @@ def bench_model(name, cfgs, args, budget_s, say):
 
 
 def main():
+    global THREADS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--build", default="build")
@@ -564,6 +570,12 @@ def main():
                     help="timed inferences per configuration, if the budget allows (default 200)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", help="comma-separated subset of the configurations (smoke tests)")
+    ap.add_argument("--threads", type=int, default=THREADS,
+                    help="intra-op threads of every worker (default 2)")
+    ap.add_argument("--cpus",
+                    help="pin every worker to these CPUs (a taskset list such as 1 or 2-3); the "
+                         "coordinator then runs on the others, for a jitter measurement with "
+                         "--threads 1 on an otherwise idle core")
     ap.add_argument("--extra", action="append",
                     help="one more configuration, 'LABEL;VAR=VALUE;...' (repeatable; {build} and "
                          "{lib} in a value stand for the build directory and Debian's library "
@@ -598,6 +610,17 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     Worker.omp_wait_policy = args.omp_wait_policy
+    THREADS = args.threads
+    os.environ["MODELMEM_E2E_THREADS"] = str(args.threads)
+    if args.cpus:
+        Worker.cpus = args.cpus
+        pinned = set()
+        for part in args.cpus.split(","):
+            lo, _, hi = part.partition("-")
+            pinned.update(range(int(lo), int(hi or lo) + 1))
+        others = set(os.sched_getaffinity(0)) - pinned
+        if others:
+            os.sched_setaffinity(0, others)
     if args.worker == "floor":
         floor_worker()
         return
