@@ -234,6 +234,10 @@ class Publisher {
   // Copies statistics without holding mu_: an allocator's stats() takes its own lock, and the
   // last strong reference may be dropped here, running a destructor that unregisters pools.
   void update() {
+    // One update at a time, start to end: otherwise an update that took its pools before an
+    // allocator was dropped could write after one that saw it gone (a stale segment), and an
+    // allocator kept alive by the other update's copy would still be published.
+    std::unique_lock ulock(update_mu_);
     std::vector<std::pair<std::shared_ptr<const alloc::Allocator>, PoolInfo>> live;
     {
       std::unique_lock lock(mu_);
@@ -265,16 +269,18 @@ class Publisher {
       std::unique_lock lock(mu_);
       if (writer_ && owner_pid_ == getpid()) writer_->write(pools, now);
     }
-    live.clear();  // may run destructors; no lock held
+    live.clear();  // may run destructors (which may unpublish: mu_, not held here)
   }
 
   void before_fork() {
+    update_mu_.lock();
     write_mu_.lock();
     mu_.lock();
   }
   void after_fork_parent() {
     mu_.unlock();
     write_mu_.unlock();
+    update_mu_.unlock();
   }
   void after_fork_child() {
     // The thread did not survive the fork; its object can be neither joined nor destroyed
@@ -292,9 +298,11 @@ class Publisher {
     failed_ = false;
     mu_.unlock();
     write_mu_.unlock();
+    update_mu_.unlock();
   }
 
-  std::mutex write_mu_;  // orders writers of the segment; taken before mu_
+  std::mutex update_mu_;  // one update() at a time; taken before write_mu_
+  std::mutex write_mu_;   // orders writers of the segment; taken before mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Entry> entries_;

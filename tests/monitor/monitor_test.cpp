@@ -297,6 +297,10 @@ TEST(Segment, ReaderRacingWriterNeverSeesATornRecord) {
         p.fragmentation = static_cast<double>(k);
       }
       w.write(pools, k);
+      // A short pause: back to back, the writer can starve a reader whose copy is slower (a
+      // sanitizer build on a loaded machine: one consistent read in 300 ms). Writes still
+      // land while the reader copies.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   });
   struct Joiner {
@@ -308,8 +312,11 @@ TEST(Segment, ReaderRacingWriterNeverSeesATornRecord) {
     }
   } joiner{stop, writer};
   std::uint64_t reads = 0, last = 0;
+  // 300 ms of racing, longer (up to 5 s) until there were enough consistent reads.
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-  while (std::chrono::steady_clock::now() < until) {
+  auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto now = std::chrono::steady_clock::now(); now < until || (reads <= 10 && now < hard);
+       now = std::chrono::steady_clock::now()) {
     ReadResult r = read_segment(base, storage.size() * 8, 1000000);
     ASSERT_TRUE(r.snapshot) << r.problem;
     const ProcessSnapshot& s = *r.snapshot;
