@@ -52,6 +52,12 @@ fs::path libc_directory() {
   return fs::path(info.dli_fname).parent_path();
 }
 
+// `path` made absolute, or InvalidInput "run: WHAT: no such file".
+std::string existing_file(const std::string& path, const std::string& what) {
+  if (!fs::exists(path)) throw InvalidInput("run: " + what + ": no such file");
+  return fs::absolute(path).string();
+}
+
 // The small-object allocator to preload after modelmem, or "" for the C library.
 std::string small_allocator(const std::string& name) {
   if (name == "libc" || name == "glibc") return "";
@@ -67,22 +73,15 @@ std::string small_allocator(const std::string& name) {
   if (name.find('/') == std::string::npos)
     throw InvalidInput("run: --small " + name +
                        ": expected libc, tcmalloc, mimalloc, jemalloc or the path of a library");
-  if (!fs::exists(name)) throw InvalidInput("run: --small " + name + ": no such file");
-  return fs::absolute(name).string();
+  return existing_file(name, "--small " + name);
 }
 
 // libmodelmem_preload.so: --preload, $MODELMEM_PRELOAD, next to this tool in a build tree,
 // or in ../lib of an installation.
 std::string preload_library(const std::string& given) {
-  if (!given.empty()) {
-    if (!fs::exists(given)) throw InvalidInput("run: --preload " + given + ": no such file");
-    return fs::absolute(given).string();
-  }
-  if (const char* env = std::getenv("MODELMEM_PRELOAD"); env != nullptr && *env != '\0') {
-    if (!fs::exists(env))
-      throw InvalidInput(std::string("run: MODELMEM_PRELOAD=") + env + ": no such file");
-    return fs::absolute(env).string();
-  }
+  if (!given.empty()) return existing_file(given, "--preload " + given);
+  if (const char* env = std::getenv("MODELMEM_PRELOAD"); env != nullptr && *env != '\0')
+    return existing_file(env, std::string("MODELMEM_PRELOAD=") + env);
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error("run: cannot find this program's own path: " + ec.message());

@@ -240,31 +240,33 @@ def floor_worker():
 # ----------------------------------------------------------------------------- coordinator
 
 
+# Debian's peer allocators, preloaded alone or after modelmem (small requests).
+PEER_LIBS = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4",
+             "mimalloc": "libmimalloc.so.2"}
+
+
 def configs(build):
     preload = os.path.join(build, "integrations", "preload", "libmodelmem_preload.so")
+
+    def modelmem(strategy, small=None):
+        ld_preload = preload if small is None else f"{preload} {LIB}/{PEER_LIBS[small]}"
+        return (f"modelmem-{strategy}" + ("" if small is None else f"+{small}"),
+                {"LD_PRELOAD": ld_preload, "MODELMEM_ALLOC_CONF": f"strategy:{strategy}",
+                 "MODELMEM_REPORT": "1"})
+
     return [
         ("glibc", {}),
-        ("jemalloc", {"LD_PRELOAD": f"{LIB}/libjemalloc.so.2"}),
-        ("tcmalloc", {"LD_PRELOAD": f"{LIB}/libtcmalloc_minimal.so.4"}),
-        ("mimalloc", {"LD_PRELOAD": f"{LIB}/libmimalloc.so.2"}),
-        ("modelmem-caching",
-         {"LD_PRELOAD": preload, "MODELMEM_ALLOC_CONF": "strategy:caching",
-          "MODELMEM_REPORT": "1"}),
-        ("modelmem-planned",
-         {"LD_PRELOAD": preload, "MODELMEM_ALLOC_CONF": "strategy:planned",
-          "MODELMEM_REPORT": "1"}),
+        *((peer, {"LD_PRELOAD": f"{LIB}/{lib}"}) for peer, lib in PEER_LIBS.items()),
+        modelmem("caching"),
+        modelmem("planned"),
         # The same, with the small requests (below 64 KiB) given to mimalloc or tcmalloc instead
         # of glibc: modelmem composes with the allocator preloaded after it.
-        ("modelmem-planned+mimalloc",
-         {"LD_PRELOAD": f"{preload} {LIB}/libmimalloc.so.2",
-          "MODELMEM_ALLOC_CONF": "strategy:planned", "MODELMEM_REPORT": "1"}),
-        ("modelmem-planned+tcmalloc",
-         {"LD_PRELOAD": f"{preload} {LIB}/libtcmalloc_minimal.so.4",
-          "MODELMEM_ALLOC_CONF": "strategy:planned", "MODELMEM_REPORT": "1"}),
+        modelmem("planned", "mimalloc"),
+        modelmem("planned", "tcmalloc"),
     ]
 
 
-PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+PEERS = ("glibc", *PEER_LIBS)
 PLANNED = "modelmem-planned"
 FLOOR = "noise floor (no allocation)"
 BOOTSTRAP_RESAMPLES = 2000

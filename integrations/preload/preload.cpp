@@ -62,9 +62,9 @@ std::mutex g_mutex;
 // the strategy. Its nodes come from the C heap (it is only touched inside modelmem).
 std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
 
-// Requests counted for the report (under g_mutex, except the C-library ones: relaxed atomics).
+// Requests counted for the report (under g_mutex, except the refused ones: relaxed atomics).
 std::uint64_t g_served = 0;
-std::uint64_t g_refused = 0;  // strategy out of memory: served by the next allocator instead
+// Large requests the strategy refused (out of memory), served by the next allocator instead.
 std::atomic<std::uint64_t> g_large_libc{0};
 
 // Depth of modelmem code on this thread: > 0 means "we are inside modelmem, use the C heap".
@@ -214,8 +214,7 @@ void* mm_allocate(std::size_t size) noexcept {
     g_served++;
     return p;
   } catch (...) {
-    g_refused++;
-    return nullptr;
+    return nullptr;  // counted in g_large_libc by the caller, which falls back
   }
 }
 

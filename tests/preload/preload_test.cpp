@@ -14,6 +14,8 @@ const std::string kBin = MODELMEM_BINARY_DIR;
 const std::string kLib = kBin + "/integrations/preload/libmodelmem_preload.so";
 const std::string kEarly = kBin + "/integrations/preload/libmodelmem_preload_early.so";
 const std::string kCheck = kBin + "/integrations/preload/preload_check";
+// Debian's multiarch directory, where scripts/setup installs mimalloc, tcmalloc and jemalloc.
+const std::string kDebianLibDir = "/usr/lib/x86_64-linux-gnu/";
 
 struct Result {
   int rc = -1;
@@ -106,8 +108,7 @@ TEST_F(Preload, WritesATraceInTheTraceFormat) {
 }
 
 TEST_F(Preload, SmallRequestsGoToTheAllocatorPreloadedAfterIt) {
-  // Debian's multiarch directory, where scripts/setup installs them.
-  const std::string dir = "/usr/lib/x86_64-linux-gnu/";
+  const std::string& dir = kDebianLibDir;
   int tried = 0;
   for (const char* name : {"libmimalloc.so.2", "libtcmalloc_minimal.so.4", "libjemalloc.so.2"}) {
     if (!std::ifstream(dir + name)) continue;
@@ -152,7 +153,7 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
   EXPECT_NE(r.out.find("modelmem preload report"), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +\S*libc\.so)"))) << r.out;
 
-  const std::string dir = "/usr/lib/x86_64-linux-gnu/";
+  const std::string& dir = kDebianLibDir;
   if (std::ifstream(dir + "libmimalloc.so.2")) {
     r = run("MODELMEM_ALLOC_CONF=strategy:caching",
             cli + " run --small mimalloc --report -- " + kCheck + " threads");
@@ -174,18 +175,19 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
       << r.out;
 
   // Bad input: named, exit code 2; a program that does not exist: 127.
-  r = run("", cli + " run --conf strategy:bogus -- true");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("strategy"), std::string::npos) << r.out;
-  r = run("", cli + " run --small nosuch -- true");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--small nosuch"), std::string::npos) << r.out;
-  r = run("", cli + " run --preload /nonexistent/lib.so -- true");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("no such file"), std::string::npos) << r.out;
-  r = run("", cli + " run -- /nonexistent/program");
-  EXPECT_EQ(r.rc, 127) << r.out;
-  EXPECT_NE(r.out.find("cannot run /nonexistent/program"), std::string::npos) << r.out;
+  struct Bad {
+    const char* args;
+    int rc;
+    const char* says;
+  };
+  for (const Bad& bad : {Bad{"--conf strategy:bogus -- true", 2, "strategy"},
+                         Bad{"--small nosuch -- true", 2, "--small nosuch"},
+                         Bad{"--preload /nonexistent/lib.so -- true", 2, "no such file"},
+                         Bad{"-- /nonexistent/program", 127, "cannot run /nonexistent/program"}}) {
+    r = run("", cli + " run " + bad.args);
+    EXPECT_EQ(r.rc, bad.rc) << bad.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(bad.says), std::string::npos) << bad.args << "\n" << r.out;
+  }
 }
 
 TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
