@@ -110,6 +110,21 @@ struct Stats {
     }
   }
 
+  /// A segment of `bytes` obtained from the device (`obtained`) or returned to it, in pool `k`:
+  /// moves reserved_bytes by `bytes` and the segment count by one, and counts one device call.
+  void count_segment(PoolKind k, std::size_t bytes, bool obtained) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    if (obtained) {
+      reserved_bytes.add(k, b);
+      segment.add(k, 1);
+      ++num_device_alloc;
+    } else {
+      reserved_bytes.sub(k, b);
+      segment.sub(k, 1);
+      ++num_device_free;
+    }
+  }
+
   /// 1 - largest_free_block / (reserved - allocated): 0 when all free memory is one block.
   double fragmentation() const noexcept {
     auto free_bytes = reserved_bytes.all.current - allocated_bytes.all.current;

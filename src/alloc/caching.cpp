@@ -307,8 +307,10 @@ struct CachingAllocator::Impl {
 
   FreeSet& pool_of(bool small) { return small ? small_ : large_; }
 
+  static PoolKind kind_of(bool small) { return small ? PoolKind::kSmall : PoolKind::kLarge; }
+
   void count(CounterSet& c, bool small, std::int64_t delta) {
-    const PoolKind k = small ? PoolKind::kSmall : PoolKind::kLarge;
+    const PoolKind k = kind_of(small);
     if (delta >= 0)
       c.add(k, delta);
     else
@@ -344,7 +346,7 @@ struct CachingAllocator::Impl {
 
   static void uncount(CounterSet& c, bool small, std::int64_t n) noexcept {
     c.all.current -= n;
-    c[small ? PoolKind::kSmall : PoolKind::kLarge].current -= n;
+    c[kind_of(small)].current -= n;
   }
 
   // ---------------------------------------------------------------- thread caches
@@ -754,9 +756,7 @@ struct CachingAllocator::Impl {
     b->stream = stream;
     b->segment = s;
     s->head = b;
-    count(stats_.reserved_bytes, small, static_cast<std::int64_t>(bytes));
-    count(stats_.segment, small, 1);
-    ++stats_.num_device_alloc;
+    stats_.count_segment(kind_of(small), bytes, true);
     owner_->emit(EventKind::kSegmentAlloc, s->base, bytes, stream);
     return b;
   }
@@ -766,9 +766,7 @@ struct CachingAllocator::Impl {
     Segment* s = b->segment;
     pool_erase(b);
     device_->deallocate(reinterpret_cast<void*>(s->base), s->size);
-    count(stats_.reserved_bytes, s->small, -static_cast<std::int64_t>(s->size));
-    count(stats_.segment, s->small, -1);
-    ++stats_.num_device_free;
+    stats_.count_segment(kind_of(s->small), s->size, false);
     owner_->emit(EventKind::kSegmentFree, s->base, s->size, s->stream);
     fixed_segments_.erase(s);
     delete_block(b);

@@ -16,16 +16,7 @@ struct DirectAllocator::Impl {
   // One block is one segment (counted in the large pool): it is reserved, and one device call.
   void count(std::size_t size, bool added) noexcept {
     stats.count_block(PoolKind::kLarge, size, size, added);
-    const auto n = static_cast<std::int64_t>(size);
-    if (added) {
-      stats.reserved_bytes.add(PoolKind::kLarge, n);
-      stats.segment.add(PoolKind::kLarge, 1);
-      ++stats.num_device_alloc;
-    } else {
-      stats.reserved_bytes.sub(PoolKind::kLarge, n);
-      stats.segment.sub(PoolKind::kLarge, 1);
-      ++stats.num_device_free;
-    }
+    stats.count_segment(PoolKind::kLarge, size, added);
   }
 };
 

@@ -115,9 +115,7 @@ struct PlannedAllocator::Impl {
     Arena& a = arenas[index];
     if (a.base == nullptr) return;
     options.device->deallocate(a.base, a.size);
-    own.reserved_bytes.sub(PoolKind::kLarge, static_cast<std::int64_t>(a.size));
-    own.segment.sub(PoolKind::kLarge, 1);
-    own.num_device_free++;
+    own.count_segment(PoolKind::kLarge, a.size, false);
     a.base = nullptr;
     a.size = 0;
   }
@@ -138,9 +136,7 @@ struct PlannedAllocator::Impl {
       auto* bytes_ptr = static_cast<volatile unsigned char*>(base);
       for (std::size_t off = 0; off < size; off += kPage) bytes_ptr[off] = 0;
     }
-    own.reserved_bytes.add(PoolKind::kLarge, static_cast<std::int64_t>(size));
-    own.segment.add(PoolKind::kLarge, 1);
-    own.num_device_alloc++;
+    own.count_segment(PoolKind::kLarge, size, true);
     pstats.arena_allocations++;
     if (current_arena != kNoArena && arenas[current_arena].live == 0) release_arena(current_arena);
     // Reuse a released entry so the vector does not grow with every re-plan.

@@ -141,9 +141,7 @@ StaticAllocator::StaticAllocator(device::DevicePtr device, StaticOptions options
   }
   m.insert_free(0, m.usable);
   m.segment_pool = pool_of_request(options.budget);
-  m.stats.reserved_bytes.add(m.segment_pool, static_cast<std::int64_t>(options.budget));
-  m.stats.segment.add(m.segment_pool, 1);
-  m.stats.num_device_alloc = 1;
+  m.stats.count_segment(m.segment_pool, options.budget, true);
   emit(EventKind::kSegmentAlloc, raw, options.budget);
 }
 

@@ -72,9 +72,7 @@ void* SystemAllocator::allocate(std::size_t size, Stream stream) {
     }
     const PoolKind kind = pool_of_request(size);
     m.stats.count_block(kind, rounded, size, true);
-    m.stats.reserved_bytes.add(kind, static_cast<std::int64_t>(rounded));
-    m.stats.segment.add(kind, 1);
-    ++m.stats.num_device_alloc;
+    m.stats.count_segment(kind, rounded, true);
   }
   emit(EventKind::kAlloc, address, size, stream);
   return ptr;
@@ -98,9 +96,7 @@ void SystemAllocator::deallocate(void* ptr) {
     m.spare.push_back(m.live.extract(it));
     const PoolKind kind = pool_of_request(block.requested);
     m.stats.count_block(kind, block.size, block.requested, false);
-    m.stats.reserved_bytes.sub(kind, static_cast<std::int64_t>(block.size));
-    m.stats.segment.sub(kind, 1);
-    ++m.stats.num_device_free;
+    m.stats.count_segment(kind, block.size, false);
   }
   // Told before the heap may hand the address to another thread, so listeners see events in order.
   emit(EventKind::kFree, address, block.size);
