@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -78,6 +79,10 @@ class Publisher {
     if (!resolved_) resolve_options();
     if (!effective_.enabled) return 0;
     if (!ensure_segment_locked()) return 0;
+    // A thread just started is running when add() returns: a fork() right after it must not
+    // find it inside its start-up, possibly holding a lock of an allocator that is not
+    // fork-safe (AddressSanitizer's), which the child would inherit held.
+    cv_.wait(lock, [this] { return thread_ == nullptr || thread_running_; });
     std::uint64_t id = next_id_++;
     entries_.push_back(Entry{id, allocator, std::move(info)});
     wake_ = true;
@@ -198,6 +203,7 @@ class Publisher {
       atexit_registered_ = true;
       std::atexit([] { instance().at_exit(); });
     }
+    thread_running_ = false;
     thread_ = new std::thread([this] { run(); });
     return true;
   }
@@ -220,6 +226,8 @@ class Publisher {
 
   void run() {
     std::unique_lock lock(mu_);
+    thread_running_ = true;
+    cv_.notify_all();
     while (!stop_) {
       auto interval = effective_.interval;
       cv_.wait_for(lock, interval, [this] { return stop_ || wake_; });
@@ -288,6 +296,10 @@ class Publisher {
     // reachable for the child's lifetime. The mapping is the parent's: drop it without
     // removing the name.
     orphaned_after_fork_ = thread_;
+    // The condition variable still counts the parent's thread as a waiter, which no thread
+    // here will ever end: a notify would wait for it forever. Nobody waits on it in the child,
+    // so a fresh one is built in its place (not destroyed: destruction waits for waiters too).
+    new (&cv_) std::condition_variable();
     thread_ = nullptr;
     writer_.reset();
     if (base_ != nullptr) munmap(base_, bytes_);
@@ -313,6 +325,7 @@ class Publisher {
   bool failed_ = false;
   bool stop_ = false;
   bool wake_ = false;
+  bool thread_running_ = false;  ///< thread_ has entered run()
   bool exiting_ = false;
   bool atexit_registered_ = false;
   void* base_ = nullptr;
