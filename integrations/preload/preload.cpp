@@ -39,6 +39,7 @@
 #include "modelmem/error.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
+#include "small_cache.hpp"
 
 namespace modelmem::preload {
 namespace {
@@ -154,6 +155,25 @@ std::size_t bootstrap_size(const void* p) noexcept {
   return size;
 }
 
+// ---- the small-block cache (small_cache.hpp), in front of the C library only: an allocator
+// preloaded after modelmem has thread caches of its own.
+
+std::atomic<bool> g_cache_on{false};
+CacheLimits g_cache_limits;
+std::uintptr_t g_cache_key = 0;      // marks blocks in a cache (double-free check)
+pthread_key_t g_cache_exit;          // its destructor drains an exiting thread's cache
+std::string* g_cache_off = nullptr;  // why the cache is off, for the report
+__thread ThreadCache t_cache __attribute__((tls_model("initial-exec")));
+// Counters of threads whose caches flushed them (exited, or every 64 Ki requests).
+std::atomic<std::uint64_t> g_cache_hits{0}, g_cache_misses{0}, g_cache_passed{0};
+
+void flush_cache_counters(ThreadCache& c) noexcept {
+  g_cache_hits.fetch_add(c.hits, std::memory_order_relaxed);
+  g_cache_misses.fetch_add(c.misses, std::memory_order_relaxed);
+  g_cache_passed.fetch_add(c.passed, std::memory_order_relaxed);
+  c.hits = c.misses = c.passed = 0;
+}
+
 // The next allocator, or nullptr while this thread is looking it up (use the bootstrap buffer).
 inline const NextAllocator* next() noexcept {
   if (__builtin_expect(g_next_ready.load(std::memory_order_acquire), 1)) return &g_next;
@@ -194,6 +214,51 @@ std::string next_name() {
 
 bool ready() noexcept {
   return t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady;
+}
+
+// Whether this request may use the small-block cache (set once before the library is ready).
+inline bool cache_ready() noexcept {
+  return t_depth == 0 && g_cache_on.load(std::memory_order_acquire);
+}
+
+// A small block from this thread's cache, or from the next allocator for the whole class size
+// (so that it returns to the same class). `alignment` <= kCacheAlign.
+__attribute__((always_inline)) inline void* cache_allocate(std::size_t size,
+                                                           std::size_t alignment) noexcept {
+  const int c = class_ceil(size);
+  const bool aligned = alignment > 16;
+  if (void* p = t_cache.take(c, aligned)) {
+    if (__builtin_expect(t_cache.hits >= (1u << 16), 0)) flush_cache_counters(t_cache);
+    return p;
+  }
+  return aligned ? g_next.memalign(kCacheAlign, class_size(c)) : g_next.malloc(class_size(c));
+}
+
+void cache_thread_exit(void*) {
+  t_cache.state = 2;  // frees made by later thread-exit code go to the next allocator
+  t_cache.drain([](void* p) { g_next.free(p); });
+  flush_cache_counters(t_cache);
+}
+
+// Keeps a freed small block of the next allocator; false: free it there.
+__attribute__((always_inline)) inline bool cache_free(void* p) noexcept {
+  switch (t_cache.put(p, g_next.usable(p), g_cache_key, g_cache_limits,
+                      [](void* q) { g_next.free(q); })) {
+    case ThreadCache::Put::kept:
+      if (__builtin_expect(t_cache.state == 0, 0)) {
+        t_cache.state = 1;
+        Inside inside;  // setspecific may allocate its second-level table
+        pthread_setspecific(g_cache_exit, &t_cache);
+      }
+      return true;
+    case ThreadCache::Put::full:
+      return false;
+    case ThreadCache::Put::double_free:
+      break;
+  }
+  // As glibc does: the heap can no longer be trusted.
+  std::fprintf(stderr, "modelmem preload: free(%p): double free (the block is already free)\n", p);
+  std::abort();
 }
 
 bool ours(const void* p) noexcept {
@@ -270,6 +335,22 @@ void print_report() {
   std::fprintf(out, "  strategy          %s\n", g_describe ? g_describe->c_str() : "?");
   std::fprintf(out, "  threshold         %s\n", human(g_threshold).c_str());
   std::fprintf(out, "  small requests    %s\n", next_name().c_str());
+  if (g_cache_on.load(std::memory_order_acquire)) {
+    ThreadCache& mine = t_cache;  // this thread's counters not flushed yet
+    const std::uint64_t hits = g_cache_hits.load() + mine.hits;
+    const std::uint64_t misses = g_cache_misses.load() + mine.misses;
+    const std::uint64_t passed = g_cache_passed.load() + mine.passed;
+    std::fprintf(out,
+                 "  small cache       %s per thread: %llu hits (%.1f%%), %llu misses, %llu frees "
+                 "passed on (cache full)\n",
+                 human(g_cache_limits.budget).c_str(), static_cast<unsigned long long>(hits),
+                 hits + misses == 0
+                     ? 0.0
+                     : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
+                 static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
+  } else {
+    std::fprintf(out, "  small cache       %s\n", g_cache_off ? g_cache_off->c_str() : "off");
+  }
   std::fprintf(out, "  large requests    %llu by modelmem, %llu by the next allocator (refused)\n",
                static_cast<unsigned long long>(g_served),
                static_cast<unsigned long long>(g_large_libc.load()));
@@ -319,6 +400,35 @@ void write_trace() {
                  g_trace_path->c_str(), static_cast<unsigned long long>(g_recorder->dropped()));
 }
 
+// Turns the small-block cache on, with `budget` bytes per thread, where the next allocator is
+// the C library.
+void start_cache(std::size_t budget) {
+  const NextAllocator* n = next();
+  if (budget == 0) {
+    g_cache_off = new std::string("off (preload_cache_kb:0)");
+    return;
+  }
+  // The C library's own malloc (an allocator preloaded after modelmem may also define
+  // __libc_malloc, so only a lookup in libc itself tells).
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void* libc_malloc = libc != nullptr ? dlsym(libc, "malloc") : nullptr;
+  if (libc != nullptr) dlclose(libc);
+  if (libc_malloc == nullptr || reinterpret_cast<void*>(n->malloc) != libc_malloc) {
+    g_cache_off = new std::string("off (the next allocator keeps its own per-thread caches)");
+    return;
+  }
+  if (pthread_key_create(&g_cache_exit, cache_thread_exit) != 0) {
+    g_cache_off = new std::string("off (no thread-specific key left for its thread-exit hook)");
+    return;
+  }
+  g_cache_limits = cache_limits(budget);
+  // Any value an application is unlikely to leave in a block's second word, never 0.
+  g_cache_key = (reinterpret_cast<std::uintptr_t>(&g_cache_limits) ^
+                 static_cast<std::uintptr_t>(getpid()) * 0x9E3779B97F4A7C15ull) |
+                1u;
+  g_cache_on.store(true, std::memory_order_release);
+}
+
 void initialise() noexcept {
   int expected = kNotReady;
   if (!g_state.compare_exchange_strong(expected, kInitialising)) return;
@@ -362,6 +472,7 @@ void initialise() noexcept {
       std::atexit(print_report);
     }
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    start_cache(config.get_size("preload_cache_kb") << 10);
     g_state.store(kReady, std::memory_order_release);
   } catch (const std::exception& e) {
     std::fprintf(stderr,
@@ -380,6 +491,8 @@ bool valid_alignment(std::size_t a) noexcept {
 }
 
 void* aligned(std::size_t alignment, std::size_t size) noexcept {
+  if (size < g_threshold && size <= kCacheMax && alignment <= kCacheAlign && cache_ready())
+    return cache_allocate(size, alignment);
   if (size >= g_threshold && alignment <= kMaxAlignment && ready()) return large_malloc(size);
   return next_memalign(alignment, size);
 }
@@ -401,7 +514,11 @@ __attribute__((visibility("default"))) int modelmem_preload_owns(const void* p) 
 }
 
 __attribute__((visibility("default"))) void* malloc(size_t size) {
-  if (size >= g_threshold && ready()) return large_malloc(size);
+  if (size < g_threshold) {
+    if (size <= kCacheMax && cache_ready()) return cache_allocate(size, 16);
+    return next_malloc(size);
+  }
+  if (ready()) return large_malloc(size);
   return next_malloc(size);
 }
 
@@ -412,6 +529,7 @@ __attribute__((visibility("default"))) void free(void* ptr) {
     return;
   }
   if (in_bootstrap(ptr)) return;
+  if (cache_ready() && cache_free(ptr)) return;
   // Null only while this thread looks the next allocator up, before it made any block: a
   // pointer from elsewhere (the loader's start-up heap) is left alone.
   if (const NextAllocator* n = next()) n->free(ptr);
@@ -430,6 +548,10 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
       return p;
     }
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
+  } else if (total < g_threshold && total <= kCacheMax && cache_ready()) {
+    void* p = cache_allocate(total, 16);
+    if (p != nullptr) std::memset(p, 0, total);  // a cached block is not zero
+    return p;
   }
   return next_calloc(n, size);
 }

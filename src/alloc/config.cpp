@@ -260,6 +260,10 @@ const std::vector<KeySpec>& key_table() {
         "LD_PRELOAD library: requests of at least this many KiB go to modelmem, the rest to "
         "the C library"},
        check_positive},
+      {{"preload_cache_kb", "1024", "whole number",
+        "LD_PRELOAD library: per-thread cache of freed small blocks in front of the C library "
+        "(KiB per thread; 0: off; not used when another allocator is preloaded after modelmem)"},
+       check_count},
       {{"preload_reserve_gb", "256", "whole number > 0",
         "LD_PRELOAD library: address space reserved for modelmem's memory (GiB, no memory)"},
        check_positive},

@@ -132,6 +132,34 @@ TEST_F(Preload, SmallRequestsGoToTheAllocatorPreloadedAfterIt) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(small requests +\S*libc\.so)"))) << r.out;
 }
 
+TEST_F(Preload, SmallBlocksAreCachedPerThreadInFrontOfTheCLibrary) {
+  // Reused blocks are zeroed by calloc and aligned as asked; blocks cross threads; exiting
+  // threads hand theirs back; the fills of live blocks never overlap.
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("preload_check small: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("small cache       1.00 MiB per thread"), std::string::npos) << r.out;
+  EXPECT_GT(number_after(r.out, "per thread:"), 10000) << r.out;  // hits
+  // Off when asked, and under an allocator preloaded after modelmem (it has its own).
+  r = run(preload_env("strategy:planned,preload_cache_kb:0") + " MODELMEM_REPORT=1",
+          kCheck + " small");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("small cache       off (preload_cache_kb:0)"), std::string::npos) << r.out;
+  const std::string tcmalloc = kDebianLibDir + "libtcmalloc_minimal.so.4";
+  if (std::ifstream(tcmalloc)) {
+    r = run("LD_PRELOAD='" + kLib + " " + tcmalloc + "' MODELMEM_REPORT=1", kCheck + " small");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("small cache       off (the next allocator"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(Preload, ADoubleFreeOfASmallBlockStopsTheProgram) {
+  Result r = run(preload_env("strategy:planned"), kCheck + " double-free");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("double free"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not detected"), std::string::npos) << r.out;
+}
+
 TEST_F(Preload, HugePagesAndPrefaultAreSettingsOfItsRegion) {
   // They were once refused as "host memory only" by the strategy factory, which disabled the
   // whole library.

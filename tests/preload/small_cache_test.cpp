@@ -1,0 +1,247 @@
+// The LD_PRELOAD library's per-thread cache of small blocks (integrations/preload/small_cache.hpp),
+// tested directly on blocks of the C library: size classes, alignment, double frees, the budget,
+// the sweep of unused blocks and draining.
+#include "small_cache.hpp"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace modelmem::preload {
+namespace {
+
+constexpr std::uintptr_t kKey = 0x5eed5eed5eed5eedull;
+
+TEST(SmallCacheClasses, CeilIsTheSmallestClassThatHoldsASize) {
+  for (int c = 2; c < kCacheClasses; ++c) ASSERT_GT(class_size(c), class_size(c - 1)) << c;
+  EXPECT_EQ(class_size(kCacheClasses - 1), kCacheMax);
+  for (std::size_t s = 0; s <= kCacheMax; ++s) {
+    const int c = class_ceil(s);
+    ASSERT_GE(c, 1) << s;
+    ASSERT_LT(c, kCacheClasses) << s;
+    ASSERT_GE(class_size(c), s) << s;
+    if (c > 1) {
+      ASSERT_LT(class_size(c - 1), s) << s;
+    }
+  }
+}
+
+TEST(SmallCacheClasses, FloorIsTheLargestClassABlockCanServe) {
+  for (std::size_t u = 0; u < kCacheStep; ++u) EXPECT_EQ(class_floor(u), 0) << u;
+  for (std::size_t u = kCacheStep; u <= kCacheMax + kCacheMax / 4; ++u) {
+    const int c = class_floor(u);
+    ASSERT_GE(c, 1) << u;
+    ASSERT_LE(class_size(c), u) << u;
+    if (c + 1 < kCacheClasses) {
+      ASSERT_GT(class_size(c + 1), u) << u;
+    }
+  }
+  EXPECT_EQ(class_floor(kCacheMax + kCacheMax / 4 + 1), 0);  // too large to keep
+  EXPECT_EQ(class_floor(std::size_t{1} << 30), 0);
+}
+
+TEST(SmallCacheClasses, AClassSizedBlockOfTheCLibraryReturnsToItsClass) {
+  // On a miss the cache asks for the whole class size, so the block serves the class again.
+  for (int c = 1; c < kCacheClasses; ++c) {
+    void* p = std::malloc(class_size(c));
+    ASSERT_NE(p, nullptr);
+    EXPECT_GE(class_floor(malloc_usable_size(p)), c) << class_size(c);
+    std::free(p);
+  }
+}
+
+struct Cache {
+  ThreadCache cache{};
+  CacheLimits limits;
+  std::vector<void*> released;
+  std::vector<void*> spare;
+  explicit Cache(std::size_t budget) : limits(cache_limits(budget)) {}
+  ~Cache() {
+    cache.drain([](void* p) { std::free(p); });
+    for (void* p : released) std::free(p);
+    for (void* p : spare) std::free(p);
+  }
+  // A block of the C library at a 64-byte boundary or not, never at a page boundary (those are
+  // not cached), so that which list it joins is known; the blocks tried on the way are kept
+  // aside.
+  void* block(std::size_t size, bool aligned) {
+    for (;;) {
+      void* p = aligned ? memalign(kCacheAlign, size) : std::malloc(size);
+      const auto a = reinterpret_cast<std::uintptr_t>(p);
+      if (a % kPageAlign != 0 && (a % kCacheAlign == 0) == aligned) return p;
+      spare.push_back(p);
+    }
+  }
+  ThreadCache::Put put(void* p) {
+    return cache.put(p, malloc_usable_size(p), kKey, limits,
+                     [this](void* q) { released.push_back(q); });
+  }
+};
+
+TEST(SmallCache, AFreedBlockServesTheNextRequestOfItsClass) {
+  Cache c(1 << 20);
+  const int k = class_ceil(100);
+  void* p = c.block(class_size(k), false);
+  ASSERT_EQ(c.put(p), ThreadCache::Put::kept);
+  EXPECT_EQ(c.cache.bytes, class_size(k));
+  EXPECT_EQ(c.cache.take(k + 1, false), nullptr);  // another class: a miss
+  void* q = c.cache.take(k, false);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(c.cache.take(k, false), nullptr);  // handed out once only
+  EXPECT_EQ(c.cache.hits, 1u);
+  EXPECT_EQ(c.cache.misses, 2u);
+  EXPECT_EQ(c.cache.bytes, 0u);
+  std::free(q);
+}
+
+TEST(SmallCache, AlignedRequestsGetAlignedBlocksOnly) {
+  Cache c(1 << 20);
+  const int k = class_ceil(200);
+  void* plain = c.block(class_size(k), false);
+  void* aligned = c.block(class_size(k), true);
+  ASSERT_EQ(c.put(plain), ThreadCache::Put::kept);
+  EXPECT_EQ(c.cache.take(k, true), nullptr);  // only an unaligned block is cached
+  ASSERT_EQ(c.put(aligned), ThreadCache::Put::kept);
+  EXPECT_EQ(c.cache.take(k, false), plain);  // an unaligned request prefers the unaligned one
+  EXPECT_EQ(c.cache.take(k, true), aligned);
+  ASSERT_EQ(c.put(aligned), ThreadCache::Put::kept);
+  EXPECT_EQ(c.cache.take(k, false), aligned);  // and takes an aligned one when nothing else is left
+  std::free(plain);
+  std::free(aligned);
+}
+
+TEST(SmallCache, ADoubleFreeIsCaughtNotCachedTwice) {
+  Cache c(1 << 20);
+  void* p = c.block(64, false);
+  void* other = c.block(64, false);
+  ASSERT_EQ(c.put(p), ThreadCache::Put::kept);
+  ASSERT_EQ(c.put(other), ThreadCache::Put::kept);
+  const std::size_t bytes = c.cache.bytes;
+  EXPECT_EQ(c.put(p), ThreadCache::Put::double_free);
+  EXPECT_EQ(c.cache.bytes, bytes);
+  // Both blocks come out once each, then nothing.
+  const int k = class_floor(malloc_usable_size(p));
+  std::set<void*> out;
+  for (void* q; (q = c.cache.take(k, false)) != nullptr;) out.insert(q);
+  EXPECT_EQ(out, (std::set<void*>{p, other}));
+  // A block taken out again is live: its mark is cleared, so freeing it once more is fine.
+  EXPECT_EQ(c.put(p), ThreadCache::Put::kept);
+  std::free(other);
+}
+
+TEST(SmallCache, LeavesPageAlignedBlocksToTheCLibrary) {
+  // It reuses the freed spot for the next page-aligned request; cached, the spot would be lost
+  // and every such request would cut a new one out of fresh memory.
+  Cache c(1 << 20);
+  void* page = memalign(kPageAlign, 16);
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(page) % kPageAlign, 0u);
+  EXPECT_EQ(c.put(page), ThreadCache::Put::full);
+  EXPECT_EQ(c.cache.bytes, 0u);
+  std::free(page);
+}
+
+TEST(SmallCache, KeepsNoMoreThanItsBudgetAndItsPerClassLimit) {
+  Cache c(64 << 10);
+  const int k = class_ceil(1024);  // at most budget/8 = 8 blocks of 1 KiB per list
+  int kept = 0, full = 0;
+  for (int i = 0; i < 20; ++i) {
+    void* p = c.block(class_size(k), true);
+    if (c.put(p) == ThreadCache::Put::kept) {
+      kept++;
+    } else {
+      full++;
+      c.spare.push_back(p);
+    }
+  }
+  EXPECT_EQ(c.limits.max_blocks[k], 8u);
+  EXPECT_EQ(kept, 8);
+  EXPECT_EQ(full, 12);
+  EXPECT_EQ(c.cache.passed, 12u);
+  // Blocks of 4 KiB: at least 4 per list, but the whole budget (64 KiB) caps the total.
+  const std::size_t before = c.cache.bytes;
+  for (int i = 0; i < 40; ++i) {
+    void* p = c.block(4096, i % 2 == 0);
+    if (c.put(p) != ThreadCache::Put::kept) c.spare.push_back(p);
+  }
+  EXPECT_GT(c.cache.bytes, before);
+  EXPECT_LE(c.cache.bytes, std::size_t{64} << 10);
+}
+
+TEST(SmallCache, ASweepReleasesSizesNoLongerAskedFor) {
+  Cache c(4096);
+  const int old_class = class_ceil(1024);
+  const int new_class = class_ceil(256);
+  // The budget fills with four 1 KiB blocks that nobody asks for again.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(c.put(c.block(class_size(old_class), true)), ThreadCache::Put::kept);
+  }
+  ASSERT_EQ(c.cache.bytes, 4096u);
+  // Then a program that frees 256-byte blocks: once enough frees found the budget spent, two
+  // sweeps (the first sets the low-water marks, the second releases the blocks below them)
+  // hand the stale blocks back, and the new size is cached.
+  int kept = 0;
+  for (int i = 0; i < 3 * static_cast<int>(ThreadCache::kSweepEvery); ++i) {
+    void* p = c.block(class_size(new_class), true);
+    if (c.put(p) == ThreadCache::Put::kept) {
+      kept++;
+    } else {
+      c.spare.push_back(p);
+    }
+    if (c.cache.sweeps < 2) {
+      EXPECT_EQ(kept, 0);
+    }
+  }
+  EXPECT_EQ(c.cache.sweeps, 2u);
+  EXPECT_EQ(c.cache.bins[1][old_class].count, 0u);
+  EXPECT_EQ(c.released.size(), 4u);
+  EXPECT_EQ(kept, static_cast<int>(c.limits.max_blocks[new_class]));
+}
+
+TEST(SmallCache, RandomUseNeverHandsOutALiveBlockAndDrainsEverything) {
+  Cache c(256 << 10);
+  std::mt19937 rng(5);
+  std::set<void*> live;
+  std::vector<void*> order;
+  for (int i = 0; i < 200000; ++i) {
+    if (order.empty() || rng() % 2) {
+      const std::size_t n = 1 + rng() % 8192;
+      const int k = class_ceil(n);
+      const bool aligned = rng() % 3 == 0;
+      void* p = c.cache.take(k, aligned);
+      if (p == nullptr)
+        p = aligned ? memalign(kCacheAlign, class_size(k)) : std::malloc(class_size(k));
+      ASSERT_TRUE(live.insert(p).second) << "handed out twice: " << p;
+      ASSERT_GE(malloc_usable_size(p), n);
+      if (aligned) {
+        ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % kCacheAlign, 0u);
+      }
+      order.push_back(p);
+    } else {
+      const std::size_t at = rng() % order.size();
+      void* p = order[at];
+      order[at] = order.back();
+      order.pop_back();
+      live.erase(p);
+      if (c.put(p) != ThreadCache::Put::kept) std::free(p);
+    }
+  }
+  std::size_t drained = 0;
+  c.cache.drain([&](void* p) {
+    ASSERT_EQ(live.count(p), 0u);
+    drained++;
+    std::free(p);
+  });
+  EXPECT_GT(drained, 0u);
+  EXPECT_EQ(c.cache.bytes, 0u);
+  for (void* p : order) std::free(p);
+  for (void* p : c.released) std::free(p);
+  c.released.clear();
+}
+
+}  // namespace
+}  // namespace modelmem::preload
