@@ -159,6 +159,7 @@ std::size_t bootstrap_size(const void* p) noexcept {
 // preloaded after modelmem has thread caches of its own.
 
 std::atomic<bool> g_cache_on{false};
+bool g_cache_pending = false;  // planned: the cache starts with the first plan (under g_mutex)
 CacheLimits g_cache_limits;
 std::uintptr_t g_cache_key = 0;      // marks blocks in a cache (double-free check)
 pthread_key_t g_cache_exit;          // its destructor drains an exiting thread's cache
@@ -277,6 +278,10 @@ void* mm_allocate(std::size_t size) noexcept {
       throw;
     }
     g_served++;
+    if (g_cache_pending && g_planned->planned_stats().plans_made > 0) {
+      g_cache_pending = false;
+      g_cache_on.store(true, std::memory_order_release);
+    }
     return p;
   } catch (...) {
     return nullptr;  // counted in g_large_libc by the caller, which falls back
@@ -348,6 +353,9 @@ void print_report() {
                      ? 0.0
                      : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
                  static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
+  } else if (g_cache_pending) {
+    std::fprintf(out, "  small cache       %s per thread from the first plan: no plan yet\n",
+                 human(g_cache_limits.budget).c_str());
   } else {
     std::fprintf(out, "  small cache       %s\n", g_cache_off ? g_cache_off->c_str() : "off");
   }
@@ -426,7 +434,13 @@ void start_cache(std::size_t budget) {
   g_cache_key = (reinterpret_cast<std::uintptr_t>(&g_cache_limits) ^
                  static_cast<std::uintptr_t>(getpid()) * 0x9E3779B97F4A7C15ull) |
                 1u;
-  g_cache_on.store(true, std::memory_order_release);
+  // The planned arena turns it on with its first plan, when the program repeats itself: during
+  // start-up the blocks it kept would scatter the C library's heap among the long-lived
+  // objects a model builds (5 MiB more peak RSS for ResNet-50).
+  if (g_planned == nullptr)
+    g_cache_on.store(true, std::memory_order_release);
+  else
+    g_cache_pending = true;
 }
 
 void initialise() noexcept {

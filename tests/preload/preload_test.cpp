@@ -135,13 +135,21 @@ TEST_F(Preload, SmallRequestsGoToTheAllocatorPreloadedAfterIt) {
 TEST_F(Preload, SmallBlocksAreCachedPerThreadInFrontOfTheCLibrary) {
   // Reused blocks are zeroed by calloc and aligned as asked; blocks cross threads; exiting
   // threads hand theirs back; the fills of live blocks never overlap.
-  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small");
+  Result r = run(preload_env("strategy:caching") + " MODELMEM_REPORT=1", kCheck + " small");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("preload_check small: ok"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("small cache       1.00 MiB per thread"), std::string::npos) << r.out;
   EXPECT_GT(number_after(r.out, "per thread:"), 10000) << r.out;  // hits
+  // Under the planned arena it starts with the first plan: not before the program repeats.
+  r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("from the first plan: no plan yet"), std::string::npos) << r.out;
+  r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " steps,small");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(number_after(r.out, "steps planned"), 1) << r.out;
+  EXPECT_GT(number_after(r.out, "per thread:"), 10000) << r.out;
   // Off when asked, and under an allocator preloaded after modelmem (it has its own).
-  r = run(preload_env("strategy:planned,preload_cache_kb:0") + " MODELMEM_REPORT=1",
+  r = run(preload_env("strategy:caching,preload_cache_kb:0") + " MODELMEM_REPORT=1",
           kCheck + " small");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("small cache       off (preload_cache_kb:0)"), std::string::npos) << r.out;
@@ -154,9 +162,10 @@ TEST_F(Preload, SmallBlocksAreCachedPerThreadInFrontOfTheCLibrary) {
 }
 
 TEST_F(Preload, ADoubleFreeOfASmallBlockStopsTheProgram) {
-  Result r = run(preload_env("strategy:planned"), kCheck + " double-free");
+  Result r = run(preload_env("strategy:caching"), kCheck + " double-free");
   EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("double free"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("modelmem preload: free("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("double free (the block is already free)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not detected"), std::string::npos) << r.out;
 }
 
