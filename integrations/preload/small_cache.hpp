@@ -166,13 +166,21 @@ struct ThreadCache {
     for (int a = 0; a < 2; ++a)
       for (int c = 1; c < kCacheClasses; ++c) {
         Bin& bin = bins[a][c];
-        for (std::uint32_t n = bin.low; n > 0 && bin.head != nullptr; --n) {
-          Block* b = bin.head;
-          bin.head = b->next;
-          bin.count--;
-          bytes -= class_size(c);
-          b->key = 0;
-          release(static_cast<void*>(b));
+        if (bin.low > 0) {
+          // The unused blocks are the oldest, at the end of the list: keep the first ones.
+          const std::uint32_t keep = bin.count - bin.low;
+          Block** link = &bin.head;
+          for (std::uint32_t i = 0; i < keep; ++i) link = &(*link)->next;
+          Block* b = *link;
+          *link = nullptr;
+          while (b != nullptr) {
+            Block* next = b->next;
+            b->key = 0;
+            release(static_cast<void*>(b));
+            bin.count--;
+            bytes -= class_size(c);
+            b = next;
+          }
         }
         bin.low = bin.count;
       }

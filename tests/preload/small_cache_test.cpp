@@ -67,13 +67,15 @@ struct Cache {
     for (void* p : spare) std::free(p);
   }
   // A block of the C library at a 64-byte boundary or not, never at a page boundary (those are
-  // not cached), so that which list it joins is known; the blocks tried on the way are kept
-  // aside.
+  // not cached), whose usable size puts it in the class of `size` (an aligned block may be
+  // larger), so that which list it joins is known; the blocks tried on the way are kept aside.
   void* block(std::size_t size, bool aligned) {
     for (;;) {
       void* p = aligned ? memalign(kCacheAlign, size) : std::malloc(size);
       const auto a = reinterpret_cast<std::uintptr_t>(p);
-      if (a % kPageAlign != 0 && (a % kCacheAlign == 0) == aligned) return p;
+      if (a % kPageAlign != 0 && (a % kCacheAlign == 0) == aligned &&
+          class_floor(malloc_usable_size(p)) == class_ceil(size))
+        return p;
       spare.push_back(p);
     }
   }
@@ -200,6 +202,35 @@ TEST(SmallCache, ASweepReleasesSizesNoLongerAskedFor) {
   EXPECT_EQ(c.cache.bins[1][old_class].count, 0u);
   EXPECT_EQ(c.released.size(), 4u);
   EXPECT_EQ(kept, static_cast<int>(c.limits.max_blocks[new_class]));
+}
+
+TEST(SmallCache, ASweepKeepsTheBlocksUsedMostRecently) {
+  Cache c(1 << 20);
+  const int k = class_ceil(1024);
+  std::vector<void*> b;
+  for (int i = 0; i < 4; ++i) {
+    b.push_back(c.block(class_size(k), true));
+    ASSERT_EQ(c.put(b.back()), ThreadCache::Put::kept);
+  }
+  auto release = [&](void* p) { c.released.push_back(p); };
+  c.cache.sweep(release);  // sets the low-water marks: nothing released yet
+  EXPECT_TRUE(c.released.empty());
+  // Two blocks are used and come back; the two freed first stay untouched.
+  void* x = c.cache.take(k, true);
+  void* y = c.cache.take(k, true);
+  EXPECT_EQ(x, b[3]);
+  EXPECT_EQ(y, b[2]);
+  ASSERT_EQ(c.put(y), ThreadCache::Put::kept);
+  ASSERT_EQ(c.put(x), ThreadCache::Put::kept);
+  c.cache.sweep(release);
+  EXPECT_EQ(c.released, (std::vector<void*>{b[1], b[0]}));
+  EXPECT_EQ(c.cache.bins[1][k].count, 2u);
+  EXPECT_EQ(c.cache.bytes, 2 * class_size(k));
+  EXPECT_EQ(c.cache.take(k, true), b[3]);
+  EXPECT_EQ(c.cache.take(k, true), b[2]);
+  EXPECT_EQ(c.cache.take(k, true), nullptr);
+  c.spare.push_back(b[3]);
+  c.spare.push_back(b[2]);
 }
 
 TEST(SmallCache, RandomUseNeverHandsOutALiveBlockAndDrainsEverything) {
