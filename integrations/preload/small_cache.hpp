@@ -14,10 +14,10 @@
 // found from malloc_usable_size when it is freed (the largest class that fits), and 64-byte
 // aligned blocks are kept apart so that aligned requests are served by aligned blocks only.
 //
-// Safety: a freed block's second word holds a per-process key; freeing a block whose key is
-// set and which is in this thread's list is a double free, reported, never a block handed out
-// twice (glibc's tcache does the same). A thread's blocks go back to the C library when the
-// thread exits.
+// Safety: a block in a cache holds a random per-process key in its second word, cleared on
+// every way out of the cache (handed out, swept, drained), so a freed block that carries the
+// key is already in some thread's cache: a double free, reported, never a block kept twice and
+// handed out to two callers. A thread's blocks go back to the C library when the thread exits.
 #pragma once
 
 #include <cstddef>
@@ -96,8 +96,11 @@ struct ThreadCache {
     std::uint32_t low = 0;  // fewest blocks in the list since the last sweep
   };
   enum class Put { kept, full, double_free };
+  // Clears a block's mark as it leaves the cache. Volatile: when the block is freed right after,
+  // the compiler would otherwise drop the store as dead (it knows free), and the block would
+  // come back from the C library still marked, a false double free.
+  static void unmark(Block* b) noexcept { *static_cast<volatile std::uintptr_t*>(&b->key) = 0; }
   static constexpr std::uint64_t kSweepEvery = 256;
-  static constexpr int kLookUp = 3;  // classes above the asked one searched on a miss
 
   Bin bins[2][kCacheClasses];  // [0]: any alignment; [1]: 64-byte aligned blocks
   std::size_t bytes = 0;
@@ -121,7 +124,7 @@ struct ThreadCache {
     bin->head = b->next;
     if (--bin->count < bin->low) bin->low = bin->count;
     bytes -= class_size(c);
-    b->key = 0;
+    unmark(b);
     ++hits;
     return b;
   }
@@ -141,10 +144,7 @@ struct ThreadCache {
     const bool aligned = address % kCacheAlign == 0;
     Bin& bin = bins[aligned ? 1 : 0][c];
     auto* b = static_cast<Block*>(p);
-    if (b->key == key) {  // freed before? only a walk of the list can tell
-      for (Block* x = bin.head; x != nullptr; x = x->next)
-        if (x == b) return Put::double_free;
-    }
+    if (b->key == key) return Put::double_free;  // in this cache or another thread's
     const std::size_t size = class_size(c);
     if (bytes + size > limits.budget && ++full_since_sweep >= kSweepEvery) sweep(release);
     if (bin.count >= limits.max_blocks[c] || bytes + size > limits.budget) {
@@ -175,7 +175,7 @@ struct ThreadCache {
           *link = nullptr;
           while (b != nullptr) {
             Block* next = b->next;
-            b->key = 0;
+            unmark(b);
             release(static_cast<void*>(b));
             bin.count--;
             bytes -= class_size(c);
@@ -195,7 +195,7 @@ struct ThreadCache {
       for (auto& bin : family) {
         while (Block* b = bin.head) {
           bin.head = b->next;
-          b->key = 0;
+          unmark(b);
           release(static_cast<void*>(b));
         }
         bin.count = 0;
