@@ -158,8 +158,9 @@ void setup(CLI::App& app, int& exit_code) {
   cmd->add_option("--conf", args->conf,
                   "Configuration string (default: $MODELMEM_ALLOC_CONF, else strategy:planned)");
   cmd->add_option("--small", args->small,
-                  "Allocator of requests below the threshold: libc, tcmalloc, mimalloc, jemalloc "
-                  "or a library path (preloaded after modelmem)")
+                  "Allocator of requests below the threshold: libc (through modelmem's "
+                  "per-thread cache of freed blocks, preload_cache_kb), tcmalloc, mimalloc, "
+                  "jemalloc or a library path (preloaded after modelmem)")
       ->capture_default_str();
   cmd->add_option("--preload", args->preload,
                   "Path of libmodelmem_preload.so (default: $MODELMEM_PRELOAD, else next to this "

@@ -6,7 +6,9 @@
 // The next allocator's functions are looked up (dlsym RTLD_NEXT) on the first call of any of
 // ours, before anything is handed out, so every small block is made and freed by the same
 // allocator. The few requests made while that lookup itself runs come from a static bootstrap
-// buffer whose blocks are never reused.
+// buffer whose blocks are never reused. When the next allocator is the C library, freed small
+// blocks are kept per thread and handed out again (small_cache.hpp): glibc's own per-thread
+// cache is small and skips aligned requests. They stay the C library's blocks throughout.
 //
 // How pointers find their way home: every modelmem segment lies inside one address range
 // reserved at start-up (RegionDevice), so free/realloc/malloc_usable_size route by one
@@ -432,7 +434,6 @@ void start_cache(std::size_t budget) {
     return;
   }
   g_cache_limits = cache_limits(budget);
-  // Any value an application is unlikely to leave in a block's second word, never 0.
   // A random key: a live block holds it only if the program wrote these very 64 bits there.
   std::uintptr_t key = 0;
   if (getrandom(&key, sizeof key, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof key)) {

@@ -69,8 +69,9 @@ struct Cache {
   // A block of the C library at a 64-byte boundary or not, never at a page boundary (those are
   // not cached), whose usable size puts it in the class of `size` (an aligned block may be
   // larger), so that which list it joins is known; the blocks tried on the way are kept aside.
+  // nullptr when none turns up (a sanitizer's malloc returns 64-byte aligned blocks only).
   void* block(std::size_t size, bool aligned) {
-    for (;;) {
+    for (int tries = 0; tries < 256; ++tries) {
       void* p = aligned ? memalign(kCacheAlign, size) : std::malloc(size);
       const auto a = reinterpret_cast<std::uintptr_t>(p);
       if (a % kPageAlign != 0 && (a % kCacheAlign == 0) == aligned &&
@@ -78,6 +79,7 @@ struct Cache {
         return p;
       spare.push_back(p);
     }
+    return nullptr;
   }
   ThreadCache::Put put(void* p) {
     return cache.put(p, malloc_usable_size(p), kKey, limits,
@@ -88,7 +90,8 @@ struct Cache {
 TEST(SmallCache, AFreedBlockServesTheNextRequestOfItsClass) {
   Cache c(1 << 20);
   const int k = class_ceil(100);
-  void* p = c.block(class_size(k), false);
+  void* p = c.block(class_size(k), true);
+  ASSERT_NE(p, nullptr);
   ASSERT_EQ(c.put(p), ThreadCache::Put::kept);
   EXPECT_EQ(c.cache.bytes, class_size(k));
   EXPECT_EQ(c.cache.take(k + 1, false), nullptr);  // another class: a miss
@@ -105,7 +108,9 @@ TEST(SmallCache, AlignedRequestsGetAlignedBlocksOnly) {
   Cache c(1 << 20);
   const int k = class_ceil(200);
   void* plain = c.block(class_size(k), false);
+  if (plain == nullptr) GTEST_SKIP() << "this malloc returns 64-byte aligned blocks only";
   void* aligned = c.block(class_size(k), true);
+  ASSERT_NE(aligned, nullptr);
   ASSERT_EQ(c.put(plain), ThreadCache::Put::kept);
   EXPECT_EQ(c.cache.take(k, true), nullptr);  // only an unaligned block is cached
   ASSERT_EQ(c.put(aligned), ThreadCache::Put::kept);
@@ -119,8 +124,9 @@ TEST(SmallCache, AlignedRequestsGetAlignedBlocksOnly) {
 
 TEST(SmallCache, ADoubleFreeIsCaughtNotCachedTwice) {
   Cache c(1 << 20);
-  void* p = c.block(64, false);
-  void* other = c.block(64, false);
+  void* p = c.block(64, true);
+  void* other = c.block(64, true);
+  ASSERT_TRUE(p != nullptr && other != nullptr);
   ASSERT_EQ(c.put(p), ThreadCache::Put::kept);
   ASSERT_EQ(c.put(other), ThreadCache::Put::kept);
   const std::size_t bytes = c.cache.bytes;
@@ -150,7 +156,8 @@ TEST(SmallCache, LeavesPageAlignedBlocksToTheCLibrary) {
 TEST(SmallCache, ADoubleFreeOnAnotherThreadIsCaughtToo) {
   // The first free put the block in one thread's cache, the second comes on another thread.
   Cache a(1 << 20), b(1 << 20);
-  void* p = a.block(64, false);
+  void* p = a.block(64, true);
+  ASSERT_NE(p, nullptr);
   ASSERT_EQ(a.put(p), ThreadCache::Put::kept);
   EXPECT_EQ(b.put(p), ThreadCache::Put::double_free);
   EXPECT_EQ(b.cache.bytes, 0u);
@@ -173,14 +180,23 @@ TEST(SmallCache, KeepsNoMoreThanItsBudgetAndItsPerClassLimit) {
   EXPECT_EQ(kept, 8);
   EXPECT_EQ(full, 12);
   EXPECT_EQ(c.cache.passed, 12u);
-  // Blocks of 4 KiB: at least 4 per list, but the whole budget (64 KiB) caps the total.
+  // Blocks of 4-8 KiB: at least 4 per list (more than budget/8), but the whole budget (64 KiB)
+  // caps the total.
   const std::size_t before = c.cache.bytes;
-  for (int i = 0; i < 40; ++i) {
-    void* p = c.block(4096, i % 2 == 0);
-    if (c.put(p) != ThreadCache::Put::kept) c.spare.push_back(p);
-  }
+  int refused = 0;
+  for (std::size_t size = 4096; size <= 8192; size += 1024)
+    for (int i = 0; i < 6; ++i) {
+      void* p = c.block(size, true);
+      ASSERT_NE(p, nullptr);
+      if (c.put(p) != ThreadCache::Put::kept) {
+        refused++;
+        c.spare.push_back(p);
+      }
+    }
   EXPECT_GT(c.cache.bytes, before);
   EXPECT_LE(c.cache.bytes, std::size_t{64} << 10);
+  EXPECT_GT(c.cache.bytes + 8192, std::size_t{64} << 10);  // filled to the budget
+  EXPECT_GT(refused, 0);
 }
 
 TEST(SmallCache, ASweepReleasesSizesNoLongerAskedFor) {
