@@ -251,9 +251,10 @@ __attribute__((always_inline)) inline bool cache_free(void* p) noexcept {
                       [](void* q) { g_next.free(q); })) {
     case ThreadCache::Put::kept:
       if (__builtin_expect(t_cache.state == 0, 0)) {
-        t_cache.state = 1;
         Inside inside;  // setspecific may allocate its second-level table
-        pthread_setspecific(g_cache_exit, &t_cache);
+        // Without the thread-exit hook the blocks would be lost when the thread ends: keep no
+        // more than this one then.
+        t_cache.state = pthread_setspecific(g_cache_exit, &t_cache) == 0 ? 1 : 2;
       }
       return true;
     case ThreadCache::Put::full:
