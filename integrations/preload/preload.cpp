@@ -226,6 +226,11 @@ inline bool cache_ready() noexcept {
   return t_depth == 0 && g_cache_on.load(std::memory_order_acquire);
 }
 
+// Whether a request of `size` bytes is served through the small-block cache.
+inline bool cached_request(std::size_t size) noexcept {
+  return size < g_threshold && size <= kCacheMax && cache_ready();
+}
+
 // A small block from this thread's cache, or from the next allocator for the whole class size
 // (so that it returns to the same class). `alignment` <= kCacheAlign.
 __attribute__((always_inline)) inline void* cache_allocate(std::size_t size,
@@ -516,8 +521,7 @@ bool valid_alignment(std::size_t a) noexcept {
 }
 
 void* aligned(std::size_t alignment, std::size_t size) noexcept {
-  if (size < g_threshold && size <= kCacheMax && alignment <= kCacheAlign && cache_ready())
-    return cache_allocate(size, alignment);
+  if (alignment <= kCacheAlign && cached_request(size)) return cache_allocate(size, alignment);
   if (size >= g_threshold && alignment <= kMaxAlignment && ready()) return large_malloc(size);
   return next_memalign(alignment, size);
 }
@@ -539,11 +543,8 @@ __attribute__((visibility("default"))) int modelmem_preload_owns(const void* p) 
 }
 
 __attribute__((visibility("default"))) void* malloc(size_t size) {
-  if (size < g_threshold) {
-    if (size <= kCacheMax && cache_ready()) return cache_allocate(size, 16);
-    return next_malloc(size);
-  }
-  if (ready()) return large_malloc(size);
+  if (cached_request(size)) return cache_allocate(size, 16);
+  if (size >= g_threshold && ready()) return large_malloc(size);
   return next_malloc(size);
 }
 
@@ -573,7 +574,7 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
       return p;
     }
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
-  } else if (total < g_threshold && total <= kCacheMax && cache_ready()) {
+  } else if (cached_request(total)) {
     void* p = cache_allocate(total, 16);
     if (p != nullptr) std::memset(p, 0, total);  // a cached block is not zero
     return p;

@@ -20,13 +20,14 @@
 // handed out to two callers. A thread's blocks go back to the C library when the thread exits.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 namespace modelmem::preload {
 
-constexpr std::size_t kCacheStep = 16;        // classes of 16 bytes up to 1 KiB
-constexpr std::size_t kCacheFineMax = 1024;   //
+constexpr std::size_t kCacheStep = 16;        // classes of 16 bytes
+constexpr std::size_t kCacheFineMax = 1024;   // up to 1 KiB,
 constexpr std::size_t kCacheMax = 64u << 10;  // then four per doubling up to 64 KiB
 constexpr std::size_t kCacheAlign = 64;       // aligned requests up to this alignment
 constexpr std::size_t kPageAlign = 4096;      // blocks at page boundaries are not kept
@@ -55,8 +56,8 @@ inline int class_ceil(std::size_t size) noexcept {
 /// keep: more than a quarter above the largest class).
 inline int class_floor(std::size_t usable) noexcept {
   if (usable < kCacheStep) return 0;
-  if (usable < 1280)
-    return usable >= kCacheFineMax ? kFineClasses : static_cast<int>(usable / kCacheStep);
+  if (usable < kCacheFineMax + kCacheFineMax / 4)  // below the first class above 1 KiB
+    return static_cast<int>(std::min(usable / kCacheStep, std::size_t{kFineClasses}));
   if (usable >= kCacheMax) return usable <= kCacheMax + kCacheMax / 4 ? kCacheClasses - 1 : 0;
   const int doubling = 63 - __builtin_clzll(usable) - 10;  // usable in [1 KiB << d, 2 KiB << d)
   const std::size_t base = kCacheFineMax << doubling;
