@@ -34,6 +34,12 @@ class Device {
 
   virtual MemoryInfo memory_info() const = 0;
 
+  /// Asks for [addr, addr + bytes) of memory from allocate() to be backed by large pages where
+  /// the device has them (host: transparent huge pages, madvise(MADV_HUGEPAGE)). A hint: true
+  /// when the device passed it on, false where it has no such thing (the default). Only the
+  /// whole large pages inside the range can be backed by them.
+  virtual bool prefer_large_pages(void* addr, std::size_t bytes) noexcept;
+
   // ---- optional virtual-memory operations (all throw Unsupported by default) ----
 
   /// Tries a tiny reservation; never throws.

@@ -40,6 +40,7 @@
 
 #include "modelmem/alloc/config.hpp"
 #include "modelmem/alloc/planned.hpp"
+#include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
@@ -394,6 +395,19 @@ void print_report() {
     std::fprintf(out, "  peak live         %s\n", human(p.peak_live).c_str());
     std::fprintf(out, "  arena size        %s (%llu arena allocations)\n",
                  human(p.arena_size).c_str(), static_cast<unsigned long long>(p.arena_allocations));
+    if (p.arena_size > 0) {
+      const auto [base, bytes] = g_planned->arena_range();
+      if (p.arena_huge_pages)
+        std::fprintf(out,
+                     "  arena pages       %s of it in 2 MiB pages (transparent huge pages: %s)\n",
+                     human(device::huge_page_bytes(base, bytes)).c_str(),
+                     device::transparent_huge_pages_mode().c_str());
+      else
+        std::fprintf(out, "  arena pages       4 KiB pages (%s)\n",
+                     !g_planned->options().huge_pages ? "planned_huge_pages:False"
+                     : bytes < (2u << 20)             ? "the arena is smaller than one 2 MiB page"
+                                          : "the kernel refused transparent huge pages");
+    }
     std::fprintf(out, "  faults avoided    %llu pages (hits served from the pre-faulted arena)\n",
                  static_cast<unsigned long long>(p.hit_bytes / 4096));
   } else {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
 
 namespace modelmem::preload {
@@ -93,6 +94,13 @@ void RegionDevice::deallocate(void* ptr, std::size_t bytes) noexcept {
     free_.erase(next);
   }
   free_.emplace(start, length);
+}
+
+bool RegionDevice::prefer_large_pages(void* addr, std::size_t bytes) noexcept {
+  const bool taken = device::advise_huge_pages(addr, bytes);
+  std::lock_guard lock(mutex_);
+  os_calls_++;
+  return taken;
 }
 
 device::MemoryInfo RegionDevice::memory_info() const {

@@ -256,6 +256,10 @@ const std::vector<KeySpec>& key_table() {
       {{"planned_min_kb", "0", "whole number",
         "planned: requests below this many KiB go to the fallback, outside every step"},
        check_count},
+      {{"planned_huge_pages", "True", "True | False",
+        "planned: the arena in 2 MiB pages where the system has them (host: transparent huge "
+        "pages); huge_pages:True puts every host segment in them"},
+       check_bool},
       {{"preload_threshold_kb", "64", "whole number > 0",
         "LD_PRELOAD library: requests of at least this many KiB go to modelmem, the rest to "
         "the C library"},
@@ -682,9 +686,10 @@ Built build(const Config& c, device::DevicePtr base) {
     o.solver = c.get("planned_solver");
     o.solve_time_limit = std::chrono::milliseconds(c.get_size("planned_solve_ms"));
     o.min_size = checked_mul(c.get_size("planned_min_kb"), 1024, "planned_min_kb");
+    o.huge_pages = c.get_bool("planned_huge_pages");
     for (const char* k :
          {"planned_steps", "planned_warmup_steps", "planned_mismatch_limit", "planned_max_plans",
-          "planned_solver", "planned_solve_ms", "planned_min_kb"})
+          "planned_solver", "planned_solve_ms", "planned_min_kb", "planned_huge_pages"})
       setting(k, c.get(k));
     b.probe = "not run (strategy:planned)";
     b.allocator = std::make_shared<PlannedAllocator>(std::move(o));

@@ -131,6 +131,8 @@ struct PlannedAllocator::Impl {
     } catch (const OutOfMemory&) {
       return false;
     }
+    // Before the first touch: pages touched small stay small until khugepaged collapses them.
+    const bool huge = options.huge_pages && options.device->prefer_large_pages(base, size);
     if (options.prefault) {
       // One write per page: the kernel maps every page now rather than during a step.
       auto* bytes_ptr = static_cast<volatile unsigned char*>(base);
@@ -152,6 +154,7 @@ struct PlannedAllocator::Impl {
     current_arena = index;
     arena_live.clear();
     pstats.arena_size = size;
+    pstats.arena_huge_pages = huge;
     return true;
   }
 
@@ -546,6 +549,7 @@ std::string PlannedAllocator::describe() const {
       << ", warmup_steps=" << m.options.warmup_steps
       << ", mismatch_limit=" << m.options.mismatch_limit << ", max_plans=" << m.options.max_plans
       << ", min_size=" << m.options.min_size << ", alignment=" << m.options.alignment
+      << ", huge_pages=" << (m.options.huge_pages ? "on" : "off")
       << ", solver=" << (m.options.planner ? std::string("custom") : m.options.solver)
       << ", device=" << m.options.device->name() << ", fallback=" << m.options.fallback->describe()
       << ")";
@@ -589,6 +593,14 @@ bool PlannedAllocator::in_arena(const void* ptr) const {
   for (const Arena& a : m.arenas)
     if (a.base != nullptr && p >= a.base && p < a.base + a.size) return true;
   return false;
+}
+
+std::pair<const void*, std::size_t> PlannedAllocator::arena_range() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  if (m.current_arena == kNoArena) return {nullptr, 0};
+  const Arena& a = m.arenas[m.current_arena];
+  return {a.base, a.size};
 }
 
 const PlannedOptions& PlannedAllocator::options() const noexcept {

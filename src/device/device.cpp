@@ -4,6 +4,10 @@
 
 namespace modelmem::device {
 
+bool Device::prefer_large_pages(void*, std::size_t) noexcept {
+  return false;
+}
+
 VmProbe Device::probe_virtual_memory() {
   return {false, "no virtual memory"};
 }

@@ -63,6 +63,10 @@ MemoryInfo FaultyDevice::memory_info() const {
   return upstream_->memory_info();
 }
 
+bool FaultyDevice::prefer_large_pages(void* addr, std::size_t bytes) noexcept {
+  return upstream_->prefer_large_pages(addr, bytes);
+}
+
 VmProbe FaultyDevice::probe_virtual_memory() {
   return upstream_->probe_virtual_memory();
 }

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -52,6 +54,10 @@ class HostDevice final : public Device {
   void deallocate(void* ptr, std::size_t bytes) noexcept override {
     if (ptr == nullptr) return;
     ::munmap(ptr, mapping_length(bytes));
+  }
+
+  bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override {
+    return advise_huge_pages(addr, bytes);
   }
 
   MemoryInfo memory_info() const override {
@@ -155,6 +161,56 @@ class HostDevice final : public Device {
 
 DevicePtr make_host_device(HostOptions options) {
   return std::make_shared<HostDevice>(options);
+}
+
+bool advise_huge_pages(void* addr, std::size_t bytes) noexcept {
+#ifdef MADV_HUGEPAGE
+  const auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  if (bytes > UINTPTR_MAX - begin) return false;
+  const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const std::uintptr_t last = (begin + bytes) / kHugePage * kHugePage;
+  if (last <= first) return false;
+  return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) == 0;
+#else
+  (void)addr;
+  (void)bytes;
+  return false;
+#endif
+}
+
+std::string transparent_huge_pages_mode() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+  if (f == nullptr) return "unavailable";
+  char line[128] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  // e.g. "always [madvise] never": the bracketed word is the mode in force.
+  const char* open = read ? std::strchr(line, '[') : nullptr;
+  const char* close = open ? std::strchr(open, ']') : nullptr;
+  if (close == nullptr) return "unavailable";
+  return std::string(open + 1, close);
+}
+
+std::size_t huge_page_bytes(const void* addr, std::size_t bytes) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "re");
+  if (f == nullptr) return 0;
+  const auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uintptr_t end = begin + bytes;
+  std::size_t total = 0;
+  bool inside = false;  // the mapping whose lines are being read overlaps the range
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    unsigned long kb = 0;
+    // A mapping's first line is "lo-hi perms ...", its fields "Name:   value kB".
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+      inside = lo < end && hi > begin;
+    } else if (inside && std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
+      total += static_cast<std::size_t>(kb) * 1024;
+    }
+  }
+  std::fclose(f);
+  return total;
 }
 
 }  // namespace modelmem::device

@@ -42,6 +42,10 @@ class LimitedDevice final : public Device {
     return {capacity_ - used_, capacity_};
   }
 
+  bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override {
+    return upstream_->prefer_large_pages(addr, bytes);
+  }
+
   VmProbe probe_virtual_memory() override {
     if (!virtual_memory_) return {false, "no virtual memory"};
     return upstream_->probe_virtual_memory();

@@ -46,6 +46,7 @@ TEST(PlannedConfig, DefaultsAreAutomaticSteps) {
   auto* planned = dynamic_cast<PlannedAllocator*>(b.allocator.get());
   ASSERT_NE(planned, nullptr);
   EXPECT_TRUE(planned->options().auto_steps);
+  EXPECT_TRUE(planned->options().huge_pages);
   EXPECT_EQ(planned->options().solver, "best");
   EXPECT_NE(b.allocator->describe().find("fallback=direct"), std::string::npos);
 }
@@ -66,6 +67,21 @@ TEST(PlannedConfig, BadValuesAndCombinationsNameTheKey) {
   EXPECT_NE(error_of("strategy:planned,planned_fallback:static").find("planned_fallback"),
             std::string::npos);
   EXPECT_NE(error_of("preload_threshold_kb:0").find("preload_threshold_kb"), std::string::npos);
+  EXPECT_NE(error_of("strategy:planned,planned_huge_pages:maybe").find("planned_huge_pages"),
+            std::string::npos);
+  EXPECT_NE(error_of("strategy:caching,planned_huge_pages:False").find("planned_huge_pages"),
+            std::string::npos);
+}
+
+TEST(PlannedConfig, HugePagesForTheArenaCanBeTurnedOff) {
+  Built b = build(parse_config("strategy:planned,planned_huge_pages:False"));
+  auto* planned = dynamic_cast<PlannedAllocator*>(b.allocator.get());
+  ASSERT_NE(planned, nullptr);
+  EXPECT_FALSE(planned->options().huge_pages);
+  bool listed = false;
+  for (const auto& [key, value] : b.settings)
+    if (key == "planned_huge_pages") listed = value == "False";
+  EXPECT_TRUE(listed);
 }
 
 TEST(DirectAllocator, EveryBlockIsASegmentReturnedOnFree) {

@@ -524,5 +524,73 @@ TEST(PlannedArena, StatsAndDescribe) {
   EXPECT_EQ(a.planned_stats().peak_live, 300000u);
 }
 
+// A device that records the large-page hints it gets and answers them as told.
+class HintDevice : public MmapDevice {
+ public:
+  explicit HintDevice(bool answer) : answer_(answer) {}
+  bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override {
+    hints.emplace_back(addr, bytes);
+    return answer_;
+  }
+  std::vector<std::pair<void*, std::size_t>> hints;
+
+ private:
+  bool answer_;
+};
+
+// Three marked steps of one 3 MiB block: the second is planned, the third served from the arena.
+void three_steps(PlannedAllocator& a) {
+  for (int i = 0; i < 3; ++i) {
+    a.begin_step();
+    void* p = a.allocate(3u << 20);
+    a.deallocate(p);
+    a.end_step();
+  }
+}
+
+TEST(PlannedArena, TheArenaIsOfferedToLargePages) {
+  for (bool answer : {true, false}) {
+    Fixture f;
+    auto device = std::make_shared<HintDevice>(answer);
+    PlannedOptions o = f.options();
+    o.device = device;
+    PlannedAllocator a(o);
+    EXPECT_EQ(a.arena_range().second, 0u);
+    three_steps(a);
+    ASSERT_EQ(a.planned_stats().hits, 1u);
+    const auto [base, size] = a.arena_range();
+    ASSERT_NE(base, nullptr);
+    EXPECT_GE(size, 3u << 20);
+    // One hint, for exactly the arena (the fallback's blocks get none).
+    ASSERT_EQ(device->hints.size(), 1u);
+    EXPECT_EQ(device->hints[0].first, base);
+    EXPECT_EQ(device->hints[0].second, size);
+    EXPECT_EQ(a.planned_stats().arena_huge_pages, answer);
+    EXPECT_NE(a.describe().find("huge_pages=on"), std::string::npos);
+  }
+}
+
+TEST(PlannedArena, NoLargePageHintWhenTurnedOff) {
+  Fixture f;
+  auto device = std::make_shared<HintDevice>(true);
+  PlannedOptions o = f.options();
+  o.device = device;
+  o.huge_pages = false;
+  PlannedAllocator a(o);
+  three_steps(a);
+  EXPECT_EQ(a.planned_stats().hits, 1u);
+  EXPECT_TRUE(device->hints.empty());
+  EXPECT_FALSE(a.planned_stats().arena_huge_pages);
+  EXPECT_NE(a.describe().find("huge_pages=off"), std::string::npos);
+}
+
+TEST(PlannedArena, ADeviceWithoutLargePagesDeclinesTheHint) {
+  Fixture f;  // MmapDevice keeps Device's default: no large pages
+  PlannedAllocator a(f.options());
+  three_steps(a);
+  EXPECT_EQ(a.planned_stats().hits, 1u);
+  EXPECT_FALSE(a.planned_stats().arena_huge_pages);
+}
+
 }  // namespace
 }  // namespace modelmem::testing

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "modelmem/device/host.hpp"
 #include "modelmem/error.hpp"
@@ -61,6 +65,74 @@ TEST(HostDevice, HugePagesFallBackAndAlignTo2MiB) {
   base[100] = 1;
   dev->unmap(base, 2u << 20);
   dev->release(base, 3 * (2u << 20));
+}
+
+// The VmFlags of the mapping that holds `addr` in /proc/self/smaps (empty when not found).
+std::vector<std::string> vm_flags_at(const void* addr) {
+  std::vector<std::string> flags;
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return flags;
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  bool inside = false;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+      inside = lo <= a && a < hi;
+    } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+      std::istringstream words(line + 8);
+      for (std::string w; words >> w;) flags.push_back(w);
+    }
+  }
+  std::fclose(f);
+  return flags;
+}
+
+bool has_flag(const std::vector<std::string>& flags, const char* flag) {
+  for (const auto& f : flags)
+    if (f == flag) return true;
+  return false;
+}
+
+TEST(HostDevice, PreferLargePagesAdvisesTheWholeHugePagesOfTheRange) {
+  const std::string mode = transparent_huge_pages_mode();
+  EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never" || mode == "unavailable")
+      << mode;
+  constexpr std::size_t kHuge = 2u << 20;
+  auto dev = make_host_device();
+  auto* p = static_cast<char*>(dev->allocate(3 * kHuge));  // holds a whole 2 MiB page at least
+  auto* first =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) / kHuge * kHuge);
+  ASSERT_FALSE(vm_flags_at(first).empty()) << "no VmFlags in /proc/self/smaps";
+  EXPECT_FALSE(has_flag(vm_flags_at(first), "hg"));
+  // A range without a whole 2 MiB page is not advised at all.
+  EXPECT_FALSE(dev->prefer_large_pages(first, kHuge - 4096));
+  EXPECT_FALSE(has_flag(vm_flags_at(first), "hg"));
+  const bool taken = dev->prefer_large_pages(p, 3 * kHuge);
+  if (mode == "unavailable") {
+    EXPECT_FALSE(taken);
+  } else {
+    ASSERT_TRUE(taken);
+    EXPECT_TRUE(has_flag(vm_flags_at(first), "hg"));
+    if (first > p) {  // before the first whole page
+      EXPECT_FALSE(has_flag(vm_flags_at(p), "hg"));
+    }
+  }
+  std::memset(p, 1, 3 * kHuge);
+  const std::size_t in_huge = huge_page_bytes(p, 3 * kHuge);
+  EXPECT_EQ(in_huge % kHuge, 0u);
+  // Under "madvise" only advised mappings get huge pages, and the advised part of this one is a
+  // mapping of its own (its flags differ from its neighbours').
+  if (mode == "madvise") {
+    EXPECT_LE(in_huge, 3 * kHuge);
+  }
+  if (mode == "never" || mode == "unavailable") {
+    EXPECT_EQ(in_huge, 0u);
+  }
+  // A limited device passes the hint to the device under it.
+  auto limited = make_limited_device(dev, 8 * kHuge);
+  EXPECT_EQ(limited->prefer_large_pages(p, 3 * kHuge), taken);
+  dev->deallocate(p, 3 * kHuge);
 }
 
 TEST(LimitedDevice, CapacityIsEnforcedAndReported) {

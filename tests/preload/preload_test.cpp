@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "modelmem/device/host.hpp"
+
 namespace {
 
 const std::string kBin = MODELMEM_BINARY_DIR;
@@ -84,6 +86,25 @@ TEST_F(Preload, RepeatingStepsAreLearnedAndServedFromTheArena) {
   EXPECT_EQ(number_after(r.out, "period"), 6) << r.out;
   EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
   EXPECT_EQ(number_after(r.out, "misses"), 0) << r.out;
+  // The arena (a few MiB) is offered to transparent huge pages, and the report says so.
+  const std::string mode = modelmem::device::transparent_huge_pages_mode();
+  if (mode == "unavailable")
+    EXPECT_NE(r.out.find("arena pages       4 KiB pages (the kernel refused"), std::string::npos)
+        << r.out;
+  else
+    EXPECT_NE(r.out.find("in 2 MiB pages (transparent huge pages: " + mode + ")"),
+              std::string::npos)
+        << r.out;
+}
+
+TEST_F(Preload, HugePagesForTheArenaCanBeTurnedOff) {
+  Result r = run(preload_env("strategy:planned,planned_huge_pages:false") + " MODELMEM_REPORT=1",
+                 kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
+  EXPECT_NE(r.out.find("arena pages       4 KiB pages (planned_huge_pages:False)"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(Preload, WritesATraceInTheTraceFormat) {

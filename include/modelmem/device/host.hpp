@@ -28,6 +28,20 @@ struct HostOptions {
 /// reports the machine's physical memory.
 DevicePtr make_host_device(HostOptions options = {});
 
+/// Offers the whole 2 MiB pages inside [addr, addr + bytes) of host memory (private anonymous,
+/// read-write) to transparent huge pages (madvise(MADV_HUGEPAGE)). False when the range holds
+/// no whole 2 MiB page or the kernel refuses (no THP support). Pages touched before the call
+/// stay small until the kernel's khugepaged collapses them.
+bool advise_huge_pages(void* addr, std::size_t bytes) noexcept;
+
+/// The system's transparent-huge-page mode ("always", "madvise" or "never", from
+/// /sys/kernel/mm/transparent_hugepage/enabled), or "unavailable".
+std::string transparent_huge_pages_mode();
+
+/// Bytes of [addr, addr + bytes) that this process has in transparent huge pages now (the
+/// AnonHugePages of the mappings it overlaps, from /proc/self/smaps; 0 when unreadable).
+std::size_t huge_page_bytes(const void* addr, std::size_t bytes);
+
 /// Wraps `upstream` with a hard capacity (bytes allocated + mapped never exceed it) and, when
 /// `virtual_memory` is false, no virtual-memory support at all: it stands in for an
 /// accelerator whose driver lacks it (many Ascend NPU setups), so the fallback path is real.
@@ -52,6 +66,7 @@ class FaultyDevice : public Device {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr, std::size_t bytes) noexcept override;
   MemoryInfo memory_info() const override;
+  bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override;
   VmProbe probe_virtual_memory() override;
   std::size_t granularity() const override;
   void* reserve(std::size_t bytes) override;
