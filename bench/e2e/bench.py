@@ -250,9 +250,13 @@ def configs(build):
 
     def modelmem(strategy, small=None):
         ld_preload = preload if small is None else f"{preload} {LIB}/{PEER_LIBS[small]}"
-        return (f"modelmem-{strategy}" + ("" if small is None else f"+{small}"),
-                {"LD_PRELOAD": ld_preload, "MODELMEM_ALLOC_CONF": f"strategy:{strategy}",
-                 "MODELMEM_REPORT": "1"})
+        env = {"LD_PRELOAD": ld_preload, "MODELMEM_ALLOC_CONF": f"strategy:{strategy}",
+               "MODELMEM_REPORT": "1"}
+        if small is None:
+            # What `modelmem run` sets when glibc keeps the small requests: its heap in
+            # transparent huge pages (--heap-pages huge, the default).
+            env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
+        return (f"modelmem-{strategy}" + ("" if small is None else f"+{small}"), env)
 
     return [
         ("glibc", {}),

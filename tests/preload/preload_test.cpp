@@ -223,14 +223,34 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
   }
 
   // --dry-run prints the line, quoted for a shell; modelmem comes first in LD_PRELOAD.
-  r = run("LD_PRELOAD= MODELMEM_ALLOC_CONF=", cli + " run --dry-run --preload " + kLib +
-                                                  " --trace /tmp/t.csv -- " + "prog 'two words'");
+  // With glibc for the small requests its heap goes into huge pages (GLIBC_TUNABLES).
+  r = run(
+      "LD_PRELOAD= MODELMEM_ALLOC_CONF= GLIBC_TUNABLES=",
+      cli + " run --dry-run --preload " + kLib + " --trace /tmp/t.csv -- " + "prog 'two words'");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("LD_PRELOAD=" + kLib +
                        " MODELMEM_ALLOC_CONF=strategy:planned "
-                       "MODELMEM_TRACE=/tmp/t.csv prog 'two words'"),
+                       "MODELMEM_TRACE=/tmp/t.csv GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+                       "prog 'two words'"),
             std::string::npos)
       << r.out;
+  // Tunables of the user's are kept, a hugetlb setting of theirs wins, and nothing is set for
+  // another small-object allocator or with --heap-pages default.
+  const std::string dry = cli + " run --dry-run --preload " + kLib + " ";
+  r = run("GLIBC_TUNABLES=glibc.malloc.tcache_count=10", dry + "-- prog");
+  EXPECT_NE(r.out.find("GLIBC_TUNABLES=glibc.malloc.tcache_count=10:glibc.malloc.hugetlb=1 prog"),
+            std::string::npos)
+      << r.out;
+  r = run("GLIBC_TUNABLES=glibc.malloc.hugetlb=0", dry + "-- prog");
+  EXPECT_EQ(r.out.find("GLIBC_TUNABLES"), std::string::npos) << r.out;
+  r = run("GLIBC_TUNABLES=", dry + "--heap-pages default -- prog");
+  EXPECT_EQ(r.out.find("GLIBC_TUNABLES"), std::string::npos) << r.out;
+  r = run("GLIBC_TUNABLES=", dry + "--small " + kCheck + " -- prog");
+  EXPECT_EQ(r.out.find("GLIBC_TUNABLES"), std::string::npos) << r.out;
+  // And the program runs with it (glibc ignores a tunable it does not know).
+  r = run("GLIBC_TUNABLES=", cli + " run --report -- " + kCheck + " threads");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("preload_check threads: ok"), std::string::npos) << r.out;
 
   // Bad input: named, exit code 2; a program that does not exist: 127.
   struct Bad {
@@ -241,6 +261,7 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
   for (const Bad& bad : {Bad{"--conf strategy:bogus -- true", 2, "strategy"},
                          Bad{"--small nosuch -- true", 2, "--small nosuch"},
                          Bad{"--preload /nonexistent/lib.so -- true", 2, "no such file"},
+                         Bad{"--heap-pages giant -- true", 2, "--heap-pages giant"},
                          Bad{"-- /nonexistent/program", 127, "cannot run /nonexistent/program"}}) {
     r = run("", cli + " run " + bad.args);
     EXPECT_EQ(r.rc, bad.rc) << bad.args << "\n" << r.out;
