@@ -109,7 +109,7 @@ std::string shell_word(const std::string& word) {
 // GLIBC_TUNABLES for the program: with the small requests left to glibc, its heap is put in
 // transparent huge pages (glibc.malloc.hugetlb=1, glibc 2.35 and later: glibc then asks for them
 // on every piece of heap it takes). A framework's small objects are spread over that heap, and
-// touched on every operator; measured 1.5% faster at ResNet-50 batch 1 (docs/benchmarks.md).
+// touched on every operator; measured faster on every model (docs/benchmarks.md).
 // "" when nothing is to be set: another small-object allocator, --heap-pages default, or a
 // hugetlb setting of the user's own.
 std::string heap_tunables(const Args& args) {
