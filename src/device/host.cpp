@@ -197,17 +197,20 @@ std::size_t huge_page_bytes(const void* addr, std::size_t bytes) {
   const auto begin = reinterpret_cast<std::uintptr_t>(addr);
   const std::uintptr_t end = begin + bytes;
   std::size_t total = 0;
-  bool inside = false;  // the mapping whose lines are being read overlaps the range
+  bool inside = false;     // the mapping whose lines are being read overlaps the range
+  bool line_start = true;  // the buffer begins a line (a long path comes in several pieces)
   char line[512];
   while (std::fgets(line, sizeof line, f) != nullptr) {
+    const bool whole = std::strchr(line, '\n') != nullptr;
     unsigned long lo = 0, hi = 0;
     unsigned long kb = 0;
-    // A mapping's first line is "lo-hi perms ...", its fields "Name:   value kB".
-    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+    // A mapping's first line is "lo-hi perms ...", its fields "Name:   value kB"; the rest of
+    // a long path is neither.
+    if (line_start && std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
       inside = lo < end && hi > begin;
-    } else if (inside && std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
+    else if (line_start && inside && std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1)
       total += static_cast<std::size_t>(kb) * 1024;
-    }
+    line_start = whole;
   }
   std::fclose(f);
   return total;
