@@ -35,11 +35,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "modelmem/alloc/caching.hpp"
-#include "modelmem/alloc/static_arena.hpp"
-#include "modelmem/alloc/system.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
+#include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 
 #ifndef MODELMEM_SHARED_DATA
 #define MODELMEM_SHARED_DATA "../shared/data"

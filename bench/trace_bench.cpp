@@ -2,7 +2,7 @@
 // caching pool with and without the recorder installed.
 #include <benchmark/benchmark.h>
 
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/trace/recorder.hpp"
 

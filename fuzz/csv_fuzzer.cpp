@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string_view>
 
-#include "modelmem/error.hpp"
-#include "modelmem/heuristics.hpp"
-#include "modelmem/plan_io.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/heuristics.hpp"
+#include "modelmem/plan/plan_io.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;

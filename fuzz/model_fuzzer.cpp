@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string_view>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace modelmem;

@@ -6,8 +6,9 @@
 #include <string>
 
 #include "command.hpp"
-#include "modelmem/alloc/config.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::tools {
 namespace {
@@ -27,7 +28,7 @@ std::string cell(const std::string& text) {
 
 void print_keys() {
   std::printf("| key | default | values | meaning |\n|---|---|---|---|\n");
-  for (const auto& k : alloc::config_keys())
+  for (const auto& k : config::config_keys())
     std::printf("| `%s` | %s | %s | %s |\n", k.name.c_str(),
                 k.default_value.empty() ? "-" : ("`" + k.default_value + "`").c_str(),
                 cell(k.values).c_str(), cell(k.meaning).c_str());
@@ -45,15 +46,15 @@ int run(const Args& args) {
     text = env ? env : "";
     from = env ? "MODELMEM_ALLOC_CONF" : "defaults (MODELMEM_ALLOC_CONF is not set)";
   }
-  alloc::Config config = alloc::parse_config(text);
+  config::Config config = config::parse_config(text);
   std::printf("config: \"%s\" (from %s)\n", text.c_str(), from.c_str());
   std::printf("keys (* = given):\n");
-  for (const auto& k : alloc::config_keys()) {
+  for (const auto& k : config::config_keys()) {
     std::string v = config.get(k.name);
     std::printf("  %c %-30s %s\n", config.has(k.name) ? '*' : ' ', k.name.c_str(),
                 v.empty() ? "-" : v.c_str());
   }
-  alloc::Built built = alloc::build(config);
+  config::Built built = config::build(config);
   std::printf("stack:\n");
   for (const auto& [key, value] : built.settings)
     std::printf("    %-30s %s\n", key.c_str(), value.c_str());

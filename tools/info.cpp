@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/monitor/reader.hpp"
 #include "modelmem/monitor/system.hpp"
 #include "monitor_view.hpp"

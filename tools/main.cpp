@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::tools {
 namespace {

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/order.hpp"
 #include "modelmem/model/report.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::tools {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "modelmem/trace/replay.hpp"
 

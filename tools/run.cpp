@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "command.hpp"
-#include "modelmem/alloc/config.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace fs = std::filesystem;
 
@@ -130,7 +130,7 @@ int run(const Args& args) {
     const char* env = std::getenv("MODELMEM_ALLOC_CONF");
     conf = env != nullptr && *env != '\0' ? env : "strategy:planned";
   }
-  alloc::Config parsed = alloc::parse_config(conf);  // throws InvalidInput naming the key
+  config::Config parsed = config::parse_config(conf);  // throws InvalidInput naming the key
   if (parsed.get("strategy") == "system")
     std::fprintf(stderr,
                  "modelmem run: strategy:system leaves every request to the next allocator\n");

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
-#include "modelmem/plan_io.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/plan_io.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::tools {
 namespace {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/monitor/reader.hpp"
 #include "monitor_view.hpp"
 

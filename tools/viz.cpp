@@ -5,7 +5,7 @@
 #include <string>
 
 #include "command.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/trace/viz.hpp"
 
 namespace modelmem::tools {

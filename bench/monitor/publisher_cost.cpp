@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <vector>
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/monitor/publisher.hpp"
 using namespace modelmem;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/error.hpp"
-#include "modelmem/exact.hpp"
-#include "modelmem/plan_io.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/exact.hpp"
+#include "modelmem/plan/plan_io.hpp"
 
 using namespace modelmem::plan;
 

@@ -4,8 +4,8 @@
 // short-lived buffers (up to 50 steps), like a long recorded allocation trace.
 #include <benchmark/benchmark.h>
 
-#include "modelmem/problem.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/plan/problem.hpp"
+#include "modelmem/plan/solver.hpp"
 #include "plan/random_problem.hpp"
 
 namespace {

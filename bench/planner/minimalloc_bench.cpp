@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/error.hpp"
-#include "modelmem/plan_io.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/plan_io.hpp"
+#include "modelmem/plan/solver.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;

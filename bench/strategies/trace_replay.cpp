@@ -7,6 +7,7 @@
 // With --check the exit code is 1 unless, on every trace, expandable segments keep peak reserved
 // within 1.10 x peak live + one 2 MiB page per pool used, and stay below fixed segments on the
 // varying-shape traces (*_var*).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,9 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 
 namespace {
 

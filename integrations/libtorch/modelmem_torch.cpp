@@ -7,8 +7,9 @@
 #include <cstdlib>
 #include <exception>
 
-#include "modelmem/alloc/config.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::torch {
 namespace {
@@ -53,7 +54,7 @@ void install(std::shared_ptr<alloc::Allocator> allocator) {
 }
 
 std::shared_ptr<alloc::Allocator> install(const std::string& config) {
-  auto built = alloc::build(alloc::parse_config(config));
+  auto built = config::build(config::parse_config(config));
   install(built.allocator);
   return built.allocator;
 }

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 
 namespace modelmem::torch {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/alloc/planned.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem_torch.hpp"
 
 int main(int argc, char** argv) {

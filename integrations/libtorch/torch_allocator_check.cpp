@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "modelmem/alloc/planned.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem_torch.hpp"
 
 int main() {

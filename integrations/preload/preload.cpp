@@ -38,10 +38,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "modelmem/alloc/config.hpp"
-#include "modelmem/alloc/planned.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
 #include "small_cache.hpp"
@@ -479,7 +480,7 @@ void initialise() noexcept {
   Inside inside;
   try {
     const char* conf = std::getenv("MODELMEM_ALLOC_CONF");
-    alloc::Config config = alloc::parse_config(conf ? conf : "strategy:planned");
+    config::Config config = config::parse_config(conf ? conf : "strategy:planned");
     if (config.get("strategy") == "system") {
       g_state.store(kOff, std::memory_order_release);
       return;
@@ -497,7 +498,7 @@ void initialise() noexcept {
     // faults) over and over.
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     device::DevicePtr device(g_region, [](device::Device*) {});  // lives as long as the process
-    alloc::Built built = alloc::build(config, device);
+    config::Built built = config::build(config, device);
     // Kept for the process's lifetime: memory it handed out may be freed by exit handlers.
     auto* holder = new std::shared_ptr<alloc::Allocator>(built.allocator);
     g_alloc = holder->get();

@@ -3,8 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 
 namespace modelmem::preload {
 namespace {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "modelmem/device.hpp"
+#include "modelmem/device/device.hpp"
 
 namespace modelmem::preload {
 

@@ -1,4 +1,4 @@
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 
 #include <chrono>
 #include <functional>

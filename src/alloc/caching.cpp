@@ -10,7 +10,7 @@
 //  - No two adjacent blocks are both free-in-pool (they are merged), nor both unmapped.
 //  - Expandable segments only: unmapped blocks start and end on page boundaries, so a page is
 //    mapped exactly when some mapped block overlaps it.
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 #if defined(__linux__) && __has_include(<linux/membarrier.h>)
 #include <linux/membarrier.h>

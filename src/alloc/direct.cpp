@@ -1,9 +1,9 @@
-#include "modelmem/alloc/direct.hpp"
+#include "modelmem/alloc/direct_allocator.hpp"
 
 #include <mutex>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 

@@ -6,10 +6,11 @@
 #include <cmath>
 #include <set>
 
-#include "modelmem/alloc/plan_file.hpp"
-#include "modelmem/alloc/static_arena.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
+#include "modelmem/plan/plan_file.hpp"
 
 namespace modelmem::alloc {
 namespace {
@@ -39,7 +40,7 @@ class Relay : public Listener {
 PoolSpec PoolSpec::from_plan(std::string name, const std::string& plan_path, double safety_factor) {
   if (!(safety_factor >= 1.0 && safety_factor <= 100.0))
     throw InvalidInput("pool '" + name + "': safety factor must be in [1, 100]");
-  PlanSizes plan = read_plan_sizes(plan_path);
+  plan::PlanSizes plan = plan::read_plan_sizes(plan_path);
   double bytes = std::ceil(static_cast<double>(plan.total()) * safety_factor);
   if (!(bytes < 1.8e19)) throw InvalidInput(plan_path + ": pool size overflows 64 bits");
   PoolSpec spec;

@@ -1,4 +1,4 @@
-#include "modelmem/alloc/planned.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,9 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "modelmem/error.hpp"
-#include "modelmem/period.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/period.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::alloc {
 namespace {

@@ -1,12 +1,12 @@
 // The quota ledger is charged before the upstream is asked and refunded if the upstream fails,
 // so concurrent requests can never together overshoot the quota.
-#include "modelmem/alloc/quota.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
 
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 

@@ -2,7 +2,7 @@
 // (size, address) (best fit in O(log n), lowest address among equals so the arena fills from the
 // bottom and stays compact). The segment is taken once in the constructor and returned only in
 // the destructor; nothing here ever asks the device again.
-#include "modelmem/alloc/static_arena.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 namespace {

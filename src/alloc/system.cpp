@@ -1,7 +1,7 @@
 // The C heap with bookkeeping. The live map is what makes a double free an InvalidInput instead
 // of heap corruption; it costs one hash lookup per call, which the benchmarks show separately
 // from raw malloc.
-#include "modelmem/alloc/system.hpp"
+#include "modelmem/alloc/system_allocator.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 struct SystemAllocator::Impl {

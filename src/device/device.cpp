@@ -1,6 +1,6 @@
-#include "modelmem/device.hpp"
+#include "modelmem/device/device.hpp"
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::device {
 

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 
 namespace modelmem::device {
 namespace {

@@ -3,8 +3,8 @@
 #include <mutex>
 #include <string>
 
-#include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/device/limited.hpp"
 
 namespace modelmem::device {
 namespace {

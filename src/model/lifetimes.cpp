@@ -7,7 +7,7 @@
 #include <numeric>
 #include <set>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::model {
 namespace {

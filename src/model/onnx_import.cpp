@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "model/fold.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
 
 namespace modelmem::model {

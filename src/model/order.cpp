@@ -9,7 +9,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::model {
 namespace {

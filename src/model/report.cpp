@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/order.hpp"
 
 namespace modelmem::model {

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
-#include "modelmem/plan_io.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/plan_io.hpp"
 
 namespace modelmem::plan {
 namespace {

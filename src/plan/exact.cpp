@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "exact_search.hpp"
-#include "modelmem/error.hpp"
-#include "modelmem/exact.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/exact.hpp"
 
 namespace modelmem::plan {
 namespace {

@@ -2,7 +2,7 @@
 // search seeded with the best heuristic plan for the rest of the time limit.
 #include <chrono>
 
-#include "modelmem/exact.hpp"
+#include "modelmem/plan/exact.hpp"
 
 namespace modelmem::plan {
 namespace {

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 namespace modelmem::plan::detail {
 

@@ -12,7 +12,7 @@
 #include <optional>
 #include <set>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "plan/placement.hpp"
 
 namespace modelmem::plan::detail {

@@ -9,8 +9,8 @@
 #include <optional>
 #include <random>
 
-#include "modelmem/error.hpp"
-#include "modelmem/heuristics.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/heuristics.hpp"
 #include "plan/placement.hpp"
 
 namespace modelmem::plan {

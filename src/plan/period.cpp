@@ -1,4 +1,4 @@
-#include "modelmem/period.hpp"
+#include "modelmem/plan/period.hpp"
 
 #include <algorithm>
 #include <array>

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "plan/placement.hpp"
 
 namespace modelmem::plan::detail {

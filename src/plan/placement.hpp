@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <span>
 
-#include "modelmem/heuristics.hpp"
+#include "modelmem/plan/heuristics.hpp"
 
 namespace modelmem::plan::detail {
 

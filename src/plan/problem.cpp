@@ -1,10 +1,10 @@
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 #include <algorithm>
 #include <set>
 #include <unordered_set>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::plan {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 namespace modelmem::plan {
 

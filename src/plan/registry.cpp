@@ -1,10 +1,10 @@
 // The solver registry: one table from name to factory. Adding a solver is one line here.
 #include <string>
 
-#include "modelmem/error.hpp"
-#include "modelmem/exact.hpp"
-#include "modelmem/heuristics.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/exact.hpp"
+#include "modelmem/plan/heuristics.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::plan {
 namespace {

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "modelmem/error.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::trace {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::trace {
 

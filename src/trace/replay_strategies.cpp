@@ -1,9 +1,10 @@
 // The strategies `modelmem replay` knows: one entry each.
-#include "modelmem/alloc/caching.hpp"
-#include "modelmem/alloc/config.hpp"
-#include "modelmem/alloc/planned.hpp"
-#include "modelmem/alloc/static_arena.hpp"
-#include "modelmem/alloc/system.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
+#include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/trace/replay.hpp"
 
@@ -50,7 +51,7 @@ const std::vector<ReplayStrategy>& replay_strategies() {
 }
 
 std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config) {
-  return alloc::build(alloc::parse_config(config)).allocator;
+  return config::build(config::parse_config(config)).allocator;
 }
 
 }  // namespace modelmem::trace

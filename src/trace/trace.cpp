@@ -11,7 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/trace/recorder.hpp"
 
 namespace modelmem::trace {

@@ -9,9 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
 
 namespace modelmem::alloc {
 namespace {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
 
 namespace modelmem::alloc {
 namespace {

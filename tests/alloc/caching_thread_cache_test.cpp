@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "event_recorder.hpp"
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
 
 namespace modelmem::alloc {
 namespace {

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 
 namespace modelmem::testing {
 

@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "event_recorder.hpp"
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
+#include "support/faulty_device.hpp"
 
 namespace modelmem::alloc {
 namespace {

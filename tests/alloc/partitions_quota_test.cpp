@@ -7,11 +7,12 @@
 
 #include "event_recorder.hpp"
 #include "modelmem/alloc/partitions.hpp"
-#include "modelmem/alloc/quota.hpp"
-#include "modelmem/alloc/static_arena.hpp"
-#include "modelmem/alloc/system.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
+#include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
 #include "static_test_device.hpp"
 
 namespace modelmem::alloc {

@@ -1,4 +1,4 @@
-#include "modelmem/alloc/static_arena.hpp"
+#include "modelmem/alloc/static_allocator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "event_recorder.hpp"
-#include "modelmem/alloc/system.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "static_test_device.hpp"
 
 namespace modelmem::alloc {

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <string>
 
-#include "modelmem/device.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/device/device.hpp"
 
 namespace modelmem::testing {
 

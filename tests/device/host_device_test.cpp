@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/device/limited.hpp"
+#include "support/faulty_device.hpp"
 
 namespace modelmem::device {
 namespace {

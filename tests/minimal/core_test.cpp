@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "check.hpp"
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/reader.hpp"
 

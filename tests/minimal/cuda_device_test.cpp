@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "check.hpp"
-#include "modelmem/alloc/caching.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
-#include "modelmem/error.hpp"
 #include "modelmem/monitor/system.hpp"
 
 namespace {

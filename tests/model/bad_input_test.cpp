@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "builder.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::model {
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/order.hpp"
 #include "modelmem/model/report.hpp"
 

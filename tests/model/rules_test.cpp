@@ -7,7 +7,7 @@
 #include <random>
 
 #include "builder.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/order.hpp"
 

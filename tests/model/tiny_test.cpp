@@ -16,7 +16,7 @@
 // Weights: W1 64x128x4 = 32768, W2 128x128x4 = 65536, W3 64x32x4 = 8192, shape 2x8 = 16 -> 106512.
 #include <gtest/gtest.h>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/order.hpp"

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <string>
 
-#include "modelmem/allocator.hpp"
-#include "modelmem/error.hpp"
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
 
 namespace {

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "modelmem/error.hpp"
-#include "modelmem/plan_io.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/plan_io.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;

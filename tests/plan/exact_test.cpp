@@ -1,4 +1,4 @@
-#include "modelmem/exact.hpp"
+#include "modelmem/plan/exact.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;

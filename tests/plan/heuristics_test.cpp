@@ -1,4 +1,4 @@
-#include "modelmem/heuristics.hpp"
+#include "modelmem/plan/heuristics.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <numeric>
 #include <random>
 
-#include "modelmem/error.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/solver.hpp"
 #include "plan/placement.hpp"
 #include "plan/random_problem.hpp"
 

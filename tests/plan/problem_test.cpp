@@ -1,8 +1,8 @@
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 #include <gtest/gtest.h>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;

@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "synthetic.hpp"
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "modelmem/error.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::trace {
 namespace {

@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "modelmem/alloc/caching.hpp"
-#include "modelmem/alloc/quota.hpp"
-#include "modelmem/allocator.hpp"
-#include "modelmem/device.hpp"
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/device/device.hpp"
 
 namespace modelmem::alloc {
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "modelmem/device.hpp"
+#include "modelmem/device/device.hpp"
 
 namespace modelmem::device {
 

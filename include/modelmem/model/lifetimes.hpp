@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "modelmem/model/graph.hpp"
-#include "modelmem/problem.hpp"
+#include "modelmem/plan/problem.hpp"
 
 namespace modelmem::model {
 

@@ -13,7 +13,7 @@
 
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
-#include "modelmem/solver.hpp"
+#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::model {
 

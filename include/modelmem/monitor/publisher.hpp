@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 #include "modelmem/monitor/segment.hpp"
 
 namespace modelmem::monitor {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "modelmem/period.hpp"
+#include "modelmem/plan/period.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {

@@ -15,7 +15,7 @@
 #include <optional>
 #include <string_view>
 
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 
 namespace modelmem::trace {
 

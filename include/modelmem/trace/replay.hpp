@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
@@ -63,7 +63,7 @@ struct ReplayStrategy {
 };
 const std::vector<ReplayStrategy>& replay_strategies();
 
-/// The allocator a config string builds (alloc::build), for `replay --config`. Throws
+/// The allocator a config string builds (config::build), for `replay --config`. Throws
 /// InvalidInput naming the key for a bad string.
 std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config);
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/allocator.hpp"
-#include "modelmem/problem.hpp"
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/plan/problem.hpp"
 
 namespace modelmem::trace {
 

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
-#include "modelmem/error.hpp"
 
 namespace modelmem::device {
 namespace {

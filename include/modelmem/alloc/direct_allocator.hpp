@@ -1,0 +1,33 @@
+// The direct strategy: every block is its own device segment, returned to the device when
+// freed. Nothing is cached, so resident memory is exactly what is live; every request costs a
+// device call (and page faults on first touch). The planned arena uses it as its fallback by
+// default: after the first steps it only sees the few requests its plan does not cover.
+#pragma once
+
+#include <memory>
+
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/device/device.hpp"
+
+namespace modelmem::alloc {
+
+/// Thread-safe (one mutex around the bookkeeping; the device is called outside it). Blocks are
+/// aligned as the device's segments are (a page on the host).
+class DirectAllocator : public Allocator {
+ public:
+  /// Throws InvalidInput for a null device.
+  explicit DirectAllocator(device::DevicePtr device);
+  ~DirectAllocator() override;
+
+  void* allocate(std::size_t size, Stream stream = 0) override;
+  void deallocate(void* ptr) override;
+  Stats stats() const override;
+  void reset_peak() override;
+  std::string describe() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace modelmem::alloc

@@ -1,0 +1,130 @@
+// The statistics every strategy keeps, in PyTorch's vocabulary (`allocated_bytes.all.current`,
+// `reserved_bytes.large.peak`, `num_alloc_retries`, ...), and the helpers that keep them exact:
+// count a block handed out or returned, a segment obtained or given back, reset every peak.
+// Plain values: a Stats is a snapshot, copied out under the allocator's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace modelmem::alloc {
+
+/// One statistic, as PyTorch reports it.
+struct Counter {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;  ///< total ever added
+  std::int64_t freed = 0;      ///< total ever removed
+
+  void add(std::int64_t n) noexcept {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void sub(std::int64_t n) noexcept {
+    current -= n;
+    freed += n;
+  }
+  void reset_peak() noexcept { peak = current; }
+};
+
+enum class PoolKind : int { kAll = 0, kSmall = 1, kLarge = 2 };
+
+/// PyTorch's cut between the small and the large pool (requests of at most 1 MiB are small);
+/// strategies without pools of their own use it to split their statistics the same way.
+inline constexpr std::size_t kSmallRequestBytes = std::size_t{1} << 20;
+inline PoolKind pool_of_request(std::size_t bytes) noexcept {
+  return bytes <= kSmallRequestBytes ? PoolKind::kSmall : PoolKind::kLarge;
+}
+
+/// A counter for all pools together and for the small and large pools separately.
+struct CounterSet {
+  Counter all, small, large;
+  Counter& operator[](PoolKind k) noexcept {
+    return k == PoolKind::kSmall ? small : k == PoolKind::kLarge ? large : all;
+  }
+  const Counter& operator[](PoolKind k) const noexcept {
+    return k == PoolKind::kSmall ? small : k == PoolKind::kLarge ? large : all;
+  }
+  /// Adds to the total and to one pool's counter (kSmall or kLarge).
+  void add(PoolKind k, std::int64_t n) noexcept {
+    all.add(n);
+    (*this)[k].add(n);
+  }
+  void sub(PoolKind k, std::int64_t n) noexcept {
+    all.sub(n);
+    (*this)[k].sub(n);
+  }
+  void reset_peak() noexcept {
+    all.reset_peak();
+    small.reset_peak();
+    large.reset_peak();
+  }
+};
+
+/// Statistics with PyTorch's names where they match (torch.cuda.memory_stats()).
+struct Stats {
+  CounterSet allocated_bytes;       ///< bytes in blocks handed to callers (after rounding)
+  CounterSet reserved_bytes;        ///< bytes obtained from the device
+  CounterSet active_bytes;          ///< allocated, plus freed blocks not yet reusable (streams)
+  CounterSet inactive_split_bytes;  ///< free bytes inside split segments
+  CounterSet requested_bytes;       ///< bytes callers asked for (before rounding)
+  CounterSet allocation;            ///< number of blocks handed out
+  CounterSet segment;               ///< number of device segments
+  CounterSet active;                ///< number of active blocks
+  CounterSet inactive_split;        ///< number of free blocks inside split segments
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
+  std::size_t largest_free_block = 0;  ///< largest block servable without asking the device
+  std::vector<std::string> warnings;   ///< e.g. the expandable-segments fallback notice
+
+  /// A block handed to a caller (`handed_out`) or taken back, in pool `k`: moves
+  /// allocated_bytes and active_bytes by `bytes`, requested_bytes by `requested`, and the
+  /// allocation and active counts by one. Strategies whose blocks are not split inside
+  /// segments (static, system, direct, planned) count every block this way.
+  void count_block(PoolKind k, std::size_t bytes, std::size_t requested, bool handed_out) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    const auto r = static_cast<std::int64_t>(requested);
+    if (handed_out) {
+      allocated_bytes.add(k, b);
+      active_bytes.add(k, b);
+      requested_bytes.add(k, r);
+      allocation.add(k, 1);
+      active.add(k, 1);
+    } else {
+      allocated_bytes.sub(k, b);
+      active_bytes.sub(k, b);
+      requested_bytes.sub(k, r);
+      allocation.sub(k, 1);
+      active.sub(k, 1);
+    }
+  }
+
+  /// A segment of `bytes` obtained from the device (`obtained`) or returned to it, in pool `k`:
+  /// moves reserved_bytes by `bytes` and the segment count by one, and counts one device call.
+  void count_segment(PoolKind k, std::size_t bytes, bool obtained) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    if (obtained) {
+      reserved_bytes.add(k, b);
+      segment.add(k, 1);
+      ++num_device_alloc;
+    } else {
+      reserved_bytes.sub(k, b);
+      segment.sub(k, 1);
+      ++num_device_free;
+    }
+  }
+
+  /// 1 - largest_free_block / (reserved - allocated): 0 when all free memory is one block.
+  double fragmentation() const noexcept {
+    auto free_bytes = reserved_bytes.all.current - allocated_bytes.all.current;
+    if (free_bytes <= 0) return 0.0;
+    return 1.0 - static_cast<double>(largest_free_block) / static_cast<double>(free_bytes);
+  }
+};
+
+}  // namespace modelmem::alloc

@@ -1,0 +1,36 @@
+// The system strategy: plain C heap (aligned_alloc / free) behind the Allocator interface, with
+// the same statistics, events and double-free checks as the other strategies. It is the baseline
+// for comparisons and for replaying traces "as the program would have run".
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "modelmem/alloc/allocator.hpp"
+
+namespace modelmem::alloc {
+
+struct SystemOptions {
+  std::size_t alignment = 64;  ///< power of two; blocks are rounded up to a multiple of it
+};
+
+/// Thread-safe (one mutex around the bookkeeping; the C heap itself is called outside it).
+/// Blocks are aligned to 64 bytes by default (a host strategy: below the interface's 256).
+/// reserved_bytes equals allocated_bytes: what the C heap keeps cached is invisible here.
+class SystemAllocator : public Allocator {
+ public:
+  explicit SystemAllocator(SystemOptions options = {});
+  ~SystemAllocator() override;
+
+  void* allocate(std::size_t size, Stream stream = 0) override;
+  void deallocate(void* ptr) override;
+  Stats stats() const override;
+  void reset_peak() override;
+  std::string describe() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace modelmem::alloc

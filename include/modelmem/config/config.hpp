@@ -1,0 +1,51 @@
+// The configuration string (`key:value,key:value`, from MODELMEM_ALLOC_CONF or an API call):
+// parsing, validation and the table of known keys. Keys that PyTorch's PYTORCH_CUDA_ALLOC_CONF
+// also has mean the same thing. The factory that builds an allocator stack from a Config is in
+// config/factory.hpp.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace modelmem::config {
+
+/// Parsed configuration: every key with its effective value (defaults filled in) and which keys
+/// were given explicitly. Owned by the strategies layer; other layers add keys here.
+struct Config {
+  std::map<std::string, std::string> values;  ///< effective value of every known key
+  std::vector<std::string> explicit_keys;     ///< keys present in the string, in order
+  std::string source;                         ///< the string as given
+
+  /// Typed accessors. Throw InvalidInput naming the key when it is unknown, unset or not of
+  /// that type. get_size reads a plain integer; get_size_mb reads MiB and returns bytes.
+  std::string get(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  std::size_t get_size(const std::string& key) const;
+  std::size_t get_size_mb(const std::string& key) const;
+  bool has(const std::string& key) const;  ///< given explicitly
+};
+
+/// One row of the key table (the README's table is made from it).
+struct ConfigKey {
+  std::string name;
+  std::string default_value;  ///< "" = unset
+  std::string values;         ///< accepted forms
+  std::string meaning;
+};
+/// Every known key, in the order `modelmem config` prints them.
+const std::vector<ConfigKey>& config_keys();
+
+/// PyTorch's roundup_power2_divisions forms, a single power of two ("4") or a list of
+/// (interval lower edge in MiB, divisions) with ">" for all larger intervals
+/// ("[256:1,512:2,>:8]"), as CachingOptions::roundup_power2_divisions (lower edge in bytes).
+std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view text);
+
+/// Throws InvalidInput naming the key for an unknown key, a malformed value, or a conflicting
+/// combination (e.g. expandable_segments:True with max_split_size_mb).
+Config parse_config(std::string_view text);
+
+}  // namespace modelmem::config

@@ -1,0 +1,53 @@
+// The factory that builds the allocator stack a Config describes: device, virtual-memory probe,
+// strategy, fallback, adaptors (quota, partitions, trace recorder, monitor publisher).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/device/device.hpp"
+
+namespace modelmem::config {
+
+/// The caching pool's options from a Config (expandable_segments as given, before any probe).
+alloc::CachingOptions caching_options(const Config& config);
+
+/// The size of a static pool and where it came from ("static_pool_mb:512",
+/// "model_type:cnn: 512 MiB x 1.2", "plan:p.json: arena 100 MiB + weights 20 MiB x 1.0", ...).
+struct StaticSizing {
+  std::size_t bytes = 0;
+  std::string source;
+};
+/// From static_pool_mb, plan or model_type, else per_process_memory_fraction of the device's
+/// total memory (refused on the host device, whose whole memory is no sensible pool).
+StaticSizing static_pool_size(const Config& config, const device::Device& device);
+
+/// The allocator stack built from a Config, with a human-readable account of what was built.
+struct Built {
+  std::shared_ptr<alloc::Allocator> allocator;
+  device::DevicePtr device;
+  std::vector<std::pair<std::string, std::string>> settings;  ///< effective settings, in order
+  std::string probe;  ///< result of the virtual-memory probe, when one ran
+  std::optional<std::string> fallback_warning;  ///< the one-time warning, when a fallback was taken
+};
+
+/// Builds the stack. Prints the fallback warning once per process on stderr (each distinct
+/// warning once) and records it in the allocator's Stats::warnings. Throws Unsupported when
+/// the probe fails and fallback:error is set, InvalidInput for a pool larger than the device (or
+/// its per_process_memory_fraction), OutOfMemory when the device has not that much free.
+Built build(const Config& config);
+/// As build(config), on `base` instead of host memory (the CUDA library passes the GPU):
+/// device:limited then wraps `base`; huge_pages and prefault, host-only, are refused.
+/// nullptr = host memory.
+Built build(const Config& config, device::DevicePtr base);
+/// parse_config(getenv("MODELMEM_ALLOC_CONF") or "") then build.
+Built build_from_env();
+
+}  // namespace modelmem::config

@@ -1,0 +1,35 @@
+// The exact static planner: a complete branch-and-bound search over canonical ("gravity")
+// placements, in the spirit of MiniMalloc (Moffitt, ASPLOS 2023), plus the `best` solver that
+// runs the heuristics first and hands the rest of the time to the exact search.
+//
+// exact, with Problem::capacity: decides whether the buffers fit; returns a plan or proves that
+//   none exists (SolveResult::proven_infeasible). Without a capacity: minimises the arena,
+//   starting from SolveOptions::initial (or its own skyline greedy) and tightening down toward
+//   the lower bound; proven_optimal when the search closes the gap, otherwise the best plan found
+//   and the proven lower bound (SolveResult::lower_bound, note).
+// best: every heuristic of the registry, then exact seeded with the best heuristic plan.
+//
+// Both are stateless objects: solve() may run concurrently on different problems. Worst-case
+// time is exponential; SolveOptions::time_limit bounds it (checked every few thousand nodes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "modelmem/plan/solver.hpp"
+
+namespace modelmem::plan {
+
+struct ExactOptions {
+  /// Split the problem at time points no buffer spans and solve the parts independently.
+  bool decompose = true;
+  /// Remember states proven to fail (skyline + placed set) and prune them when met again.
+  bool memoize = true;
+  /// Stop after this many search nodes in total (0: no limit); mostly for tests.
+  std::uint64_t node_limit = 0;
+};
+
+std::unique_ptr<Solver> make_exact_solver(ExactOptions options = {});
+std::unique_ptr<Solver> make_best_solver();
+
+}  // namespace modelmem::plan

@@ -1,0 +1,53 @@
+// Static planning solvers behind one interface, selectable by name. Every solver respects
+// alignment and, when Problem::capacity is set, returns only plans within it.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modelmem/plan/problem.hpp"
+
+namespace modelmem::plan {
+
+struct SolveOptions {
+  /// Wall-clock budget for searching solvers (exact, best); heuristics ignore it.
+  std::chrono::duration<double> time_limit = std::chrono::seconds(10);
+  /// Called now and then by long searches with the best arena so far (for progress output).
+  /// May be empty. Called on the solving thread.
+  std::function<void(std::size_t best_arena, double elapsed_seconds)> progress;
+  /// An upper bound already known (e.g. from heuristics run earlier); exact search starts there.
+  std::optional<Plan> initial;
+};
+
+struct SolveResult {
+  std::optional<Plan> plan;        ///< empty when no plan was found (within the capacity, in time)
+  bool proven_optimal = false;     ///< arena is the minimum possible (exact search finished)
+  bool proven_infeasible = false;  ///< with a capacity: proven that nothing fits
+  std::size_t lower_bound = 0;     ///< best lower bound known to the solver (>= plan::lower_bound)
+  double seconds = 0;
+  std::string solver;  ///< name of the solver that produced `plan`
+  std::string note;    ///< e.g. "time limit reached; gap 1.2%"
+};
+
+class Solver {
+ public:
+  virtual ~Solver() = default;
+  virtual std::string name() const = 0;
+  /// Throws InvalidInput for a malformed problem (see check_problem).
+  virtual SolveResult solve(const Problem& problem, const SolveOptions& options = {}) const = 0;
+};
+
+/// Names accepted by make_solver: naive, greedy-size, greedy-breadth, best-fit, exact, best.
+std::vector<std::string> solver_names();
+/// Throws InvalidInput naming the unknown solver and listing the known ones.
+std::unique_ptr<Solver> make_solver(const std::string& name);
+
+/// Convenience: make_solver(name)->solve(problem, options).
+SolveResult solve(const Problem& problem, const std::string& solver = "best",
+                  const SolveOptions& options = {});
+
+}  // namespace modelmem::plan

@@ -1,0 +1,165 @@
+// libmodelmem_cuda_alloc.so: modelmem's strategies behind PyTorch's CUDAPluggableAllocator.
+//
+//   alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "modelmem_alloc", "modelmem_free")
+//   torch.cuda.memory.change_current_allocator(alloc)
+//
+// One allocator stack per device, built at the device's first allocation from
+// MODELMEM_ALLOC_CONF (the config keys of modelmem; device:limited wraps the GPU), and published
+// to `modelmem info` as pool MODELMEM_POOL_NAME (default "pytorch"). The stacks are never
+// destroyed: at interpreter exit CUDA may already be shutting down, and the driver reclaims
+// everything anyway.
+#include <cuda_runtime_api.h>
+#include <sys/types.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/device/cuda.hpp"
+#include "modelmem/monitor/publisher.hpp"
+
+#define MODELMEM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using namespace modelmem;
+
+constexpr int kMaxDevices = 64;
+
+struct Slot {
+  std::once_flag once;
+  std::shared_ptr<alloc::Allocator> allocator;
+  std::string error;
+  std::string describe;
+  monitor::PoolRegistration registration;
+};
+
+Slot* slots() {
+  static Slot* s = new Slot[kMaxDevices];  // never destroyed, see above
+  return s;
+}
+
+std::string setting(const config::Built& b, const std::string& key) {
+  for (const auto& [k, v] : b.settings) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+void build_slot(Slot& s, int index) {
+  try {
+    const char* env = std::getenv("MODELMEM_ALLOC_CONF");
+    config::Config config = config::parse_config(env != nullptr ? env : "");
+    config::Built b = config::build(config, device::make_cuda_device(index));
+    s.allocator = b.allocator;
+    s.describe = b.allocator->describe();
+    monitor::PoolInfo info;
+    const char* name = std::getenv("MODELMEM_POOL_NAME");
+    info.name = name != nullptr && *name ? name : "pytorch";
+    info.device = "cuda:" + std::to_string(index);
+    std::string strategy = setting(b, "strategy");
+    info.strategy = strategy == "caching" && setting(b, "expandable_segments") == "True"
+                        ? "expandable"
+                        : strategy;
+    if (config.has("static_pool_mb")) info.budget = config.get_size("static_pool_mb");
+    s.registration = monitor::publish(s.allocator, info);
+    if (const char* v = std::getenv("MODELMEM_VERBOSE"); v != nullptr && *v == '1') {
+      std::fprintf(stderr, "modelmem: cuda:%d: %s\n", index, s.describe.c_str());
+    }
+  } catch (const std::exception& e) {
+    s.error = e.what();
+    std::fprintf(stderr, "modelmem: cannot build the allocator for cuda:%d: %s\n", index, e.what());
+  }
+}
+
+alloc::Allocator& allocator_for(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    throw std::runtime_error("modelmem: device index " + std::to_string(device) + " out of range");
+  }
+  Slot& s = slots()[device];
+  std::call_once(s.once, [&] { build_slot(s, device); });
+  if (!s.allocator) throw std::runtime_error("modelmem: " + s.error);
+  return *s.allocator;
+}
+
+}  // namespace
+
+/// PyTorch's alloc function. Failures are thrown as std::runtime_error (PyTorch turns them into
+/// a Python RuntimeError carrying the message, with the numbers of the out-of-memory report).
+MODELMEM_EXPORT void* modelmem_alloc(ssize_t size, int device, cudaStream_t stream) {
+  if (size <= 0) return nullptr;
+  alloc::Allocator& a = allocator_for(device);
+  try {
+    return a.allocate(static_cast<std::size_t>(size), reinterpret_cast<alloc::Stream>(stream));
+  } catch (const OutOfMemory& e) {
+    throw std::runtime_error(std::string("CUDA out of memory (modelmem): ") + e.what());
+  } catch (const Error& e) {
+    throw std::runtime_error(std::string("modelmem: ") + e.what());
+  }
+}
+
+/// PyTorch's free function. Never throws (it runs inside destructors): problems go to stderr.
+MODELMEM_EXPORT void modelmem_free(void* ptr, size_t /*size*/, int device,
+                                   cudaStream_t /*stream*/) {
+  if (ptr == nullptr) return;
+  try {
+    allocator_for(device).deallocate(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelmem: free of %p on cuda:%d failed: %s\n", ptr, device, e.what());
+  }
+}
+
+/// Statistics for scripts (PyTorch's memory_stats() is empty under a pluggable allocator):
+/// fills up to n of [reserved, allocated, peak reserved, peak allocated, device allocations,
+/// OOMs] and returns how many it filled, or -1 when the device has no allocator yet.
+MODELMEM_EXPORT int modelmem_cuda_stats(int device, unsigned long long* out, int n) {
+  if (device < 0 || device >= kMaxDevices || out == nullptr) return -1;
+  try {
+    alloc::Allocator& a = allocator_for(device);
+    alloc::Stats st = a.stats();
+    const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
+                                st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
+                                st.num_device_alloc,           st.num_ooms};
+    int k = 0;
+    for (; k < n && k < static_cast<int>(std::size(values)); ++k) {
+      out[k] = static_cast<unsigned long long>(values[k] < 0 ? 0 : values[k]);
+    }
+    return k;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+MODELMEM_EXPORT void modelmem_cuda_reset_peak(int device) {
+  try {
+    allocator_for(device).reset_peak();
+  } catch (const std::exception&) {
+  }
+}
+
+/// Returns cached memory to the device (what torch.cuda.empty_cache() does natively).
+MODELMEM_EXPORT void modelmem_cuda_trim(int device) {
+  try {
+    allocator_for(device).trim();
+  } catch (const std::exception&) {
+  }
+}
+
+/// The allocator's one-line description; "" when it could not be built. Valid until the next
+/// call from the same thread.
+MODELMEM_EXPORT const char* modelmem_cuda_describe(int device) {
+  thread_local std::string text;
+  try {
+    text = allocator_for(device).describe();
+  } catch (const std::exception& e) {
+    text = std::string("error: ") + e.what();
+  }
+  return text.c_str();
+}

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/plan_file.hpp"
+
+namespace modelmem::plan {
+namespace {
+
+std::string error_of(const std::string& json) {
+  try {
+    parse_plan_sizes(json, "p.json");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(PlanFile, ReadsTheTwoTopLevelIntegers) {
+  PlanSizes s = parse_plan_sizes(R"({"arena_bytes": 1048576, "weights_bytes": 2048})", "p");
+  EXPECT_EQ(s.arena_bytes, 1048576u);
+  EXPECT_EQ(s.weights_bytes, 2048u);
+  EXPECT_EQ(s.total(), 1050624u);
+}
+
+TEST(PlanFile, SkipsEverythingElseButChecksItsSyntax) {
+  const char* json = R"({
+    "model": "resnet50.onnx", "escaped": "a\"b\\c\u00e9\n",
+    "buffers": [{"id": 0, "offset": 0, "size": 512, "lifetime": [0, 3]},
+                {"id": 1, "offset": 512, "size": 1.5e3, "ok": true, "x": null, "y": false}],
+    "nested": {"arena_bytes": 99},
+    "arena_bytes": 4096,
+    "weights_bytes": 0,
+    "lower_bound": -1.25E-2
+  })";
+  PlanSizes s = parse_plan_sizes(json, "p");
+  EXPECT_EQ(s.arena_bytes, 4096u);  // the nested one does not count
+  EXPECT_EQ(s.weights_bytes, 0u);
+}
+
+TEST(PlanFile, WeightsAreOptional) {
+  EXPECT_EQ(parse_plan_sizes(R"({"arena_bytes":7})", "p").weights_bytes, 0u);
+}
+
+TEST(PlanFile, RejectsMalformedFilesWithLineAndColumn) {
+  EXPECT_NE(error_of("").find("p.json:1:1"), std::string::npos);
+  EXPECT_NE(error_of("[1,2]").find("top level must be a JSON object"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"weights_bytes": 1})").find("missing the top-level integer \"arena_bytes\""),
+      std::string::npos);
+  EXPECT_NE(error_of("{\n  \"arena_bytes\": -5\n}").find("p.json:2:18"), std::string::npos)
+      << error_of("{\n  \"arena_bytes\": -5\n}");
+  EXPECT_NE(error_of(R"({"arena_bytes": 1.0})").find("non-negative integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1e6})").find("non-negative integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 012})").find("non-negative integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": "12"})").find("non-negative integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 99999999999999999999})").find("64 bits"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1, "arena_bytes": 2})").find("duplicate"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1} x)").find("after the top-level object"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1,})").find("expected a key"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1 "x": 2})").find("expected ','"), std::string::npos);
+  EXPECT_NE(error_of(R"({"a": [1 2], "arena_bytes": 1})").find("expected ',' or ']'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"a": "\q", "arena_bytes": 1})").find("bad escape"), std::string::npos);
+  EXPECT_NE(error_of(R"({"a": "\u12g4", "arena_bytes": 1})").find("bad \\u escape"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"a\": \"x\ty\", \"arena_bytes\": 1}").find("control character"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"a": tru, "arena_bytes": 1})").find("unexpected character"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"a": 1., "arena_bytes": 1})").find("malformed number"), std::string::npos);
+  EXPECT_NE(error_of(R"({"a": "open)").find("unterminated string"), std::string::npos);
+  EXPECT_NE(error_of(R"({"arena_bytes": 1)").find("expected ','"), std::string::npos);
+}
+
+TEST(PlanFile, DeepNestingIsAnErrorNotACrash) {
+  std::string deep =
+      "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + ", \"arena_bytes\": 1}";
+  EXPECT_NE(error_of(deep).find("nesting deeper than"), std::string::npos);
+}
+
+TEST(PlanFile, ReadsFiles) {
+  std::string path = ::testing::TempDir() + "config_plan_file_test.json";
+  {
+    std::ofstream out(path);
+    out << R"({"arena_bytes": 100, "weights_bytes": 28})";
+  }
+  EXPECT_EQ(read_plan_sizes(path).total(), 128u);
+  std::remove(path.c_str());
+  try {
+    read_plan_sizes(path);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos);
+  }
+  EXPECT_THROW((PlanSizes{SIZE_MAX, 1}.total()), InvalidInput);
+}
+
+}  // namespace
+}  // namespace modelmem::plan

@@ -1,0 +1,133 @@
+// Runs the `modelmem solve` command as a user would and checks output, files and exit codes.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "modelmem/plan/plan_io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+class SolveCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("modelmem_solve_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliRun run(const std::string& args) {
+    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    std::string cmd =
+        std::string(MODELMEM_CLI) + " solve " + args + " >" + out.string() + " 2>" + err.string();
+    int status = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  static std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  static std::string example() { return std::string(MODELMEM_SOURCE_DIR) + "/examples/small.csv"; }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(SolveCli, AllSolversPrintOneTable) {
+  CliRun r = run(example() + " --solver all");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 buffers, lower bound 26624"), std::string::npos) << r.out;
+  for (const char* name : {"naive", "greedy-size", "greedy-breadth", "best-fit"})
+    EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << r.out;
+  EXPECT_NE(r.out.find("proven"), std::string::npos);
+  EXPECT_TRUE(r.err.empty()) << r.err;  // no progress output when stderr is not a terminal
+}
+
+TEST_F(SolveCli, CapacityDecidesTheExitCode) {
+  CliRun fits = run(example() + " --solver greedy-size --capacity 26624");
+  EXPECT_EQ(fits.code, 0) << fits.out << fits.err;
+  EXPECT_NE(fits.out.find("capacity 26624"), std::string::npos) << fits.out;
+  CliRun below_bound = run(example() + " --solver greedy-size --capacity 26623");
+  EXPECT_EQ(below_bound.code, 1) << below_bound.out;
+  EXPECT_NE(below_bound.err.find("no plan found within the capacity"), std::string::npos);
+  CliRun naive = run(example() + " --solver naive --capacity 30000");
+  EXPECT_EQ(naive.code, 1) << naive.out;
+  EXPECT_NE(naive.out.find("exceeds capacity 30000"), std::string::npos) << naive.out;
+}
+
+TEST_F(SolveCli, WritesPlansAsCsvAndJson) {
+  fs::path csv = dir_ / "plan.csv", json = dir_ / "plan.json";
+  CliRun r = run(example() + " --solver all --output " + csv.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote the plan of"), std::string::npos);
+  auto planned = modelmem::plan::read_plan_csv(csv);
+  EXPECT_EQ(planned.problem.buffers.size(), 8u);
+  EXPECT_TRUE(modelmem::plan::validate(planned.problem, planned.plan));
+  EXPECT_EQ(planned.plan.arena_size, 26624u);  // the heuristics reach the lower bound here
+
+  r = run(example() + " --solver best-fit -o " + json.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["solver"], "best-fit");
+  EXPECT_EQ(doc["lower_bound"], 26624);
+  ASSERT_EQ(doc["buffers"].size(), 8u);
+  EXPECT_EQ(doc["buffers"][0]["id"], "input");
+  EXPECT_TRUE(doc["buffers"][0].contains("offset"));
+}
+
+TEST_F(SolveCli, BadInputIsOneLineAndExitCodeTwo) {
+  fs::path bad = write("bad.csv", "id,lower,upper,size\na,0,4,16\nb,3,2,8\n");
+  CliRun r = run(bad.string() + " --solver naive");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "modelmem: error: " + bad.string() + ":3: upper 2 is not after lower 3 (buffer 'b')\n");
+
+  fs::path binary = write("binary.csv", std::string("\x7f"
+                                                    "ELF\x00\x01",
+                                                    6));
+  r = run(binary.string() + " --solver naive");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(binary.string() + ":1: not a CSV text file"), std::string::npos) << r.err;
+
+  fs::path empty = write("empty.csv", "");
+  r = run(empty.string() + " --solver naive");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(empty.string() + ": empty file"), std::string::npos) << r.err;
+}
+
+TEST_F(SolveCli, UsageErrorsExitWithTwo) {
+  EXPECT_EQ(run(example() + " --solver nope").code, 2);
+  EXPECT_EQ(run(example() + " --solver naive --capacity 12kb").code, 2);
+  EXPECT_EQ(run(example() + " --solver naive --time-limit 0").code, 2);
+  EXPECT_EQ(run(example() + " --solver naive --output plan.txt").code, 2);
+  EXPECT_EQ(run("/nonexistent.csv --solver naive").code, 2);
+  EXPECT_EQ(run("").code, 2);  // the file argument is required
+}
