@@ -78,7 +78,8 @@ std::string small_allocator(const std::string& name) {
 }
 
 // libmodelmem_preload.so: --preload, $MODELMEM_PRELOAD, next to this tool in a build tree,
-// or in ../lib of an installation.
+// or in the library folder of an installation (MODELMEM_INSTALL_LIBDIR, e.g. lib or
+// lib/x86_64-linux-gnu, beside the bin folder this tool is installed in).
 std::string preload_library(const std::string& given) {
   if (!given.empty()) return existing_file(given, "--preload " + given);
   if (const char* env = std::getenv("MODELMEM_PRELOAD"); env != nullptr && *env != '\0')
@@ -87,8 +88,9 @@ std::string preload_library(const std::string& given) {
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error("run: cannot find this program's own path: " + ec.message());
   const fs::path here = self.parent_path();
-  std::vector<fs::path> candidates = {here / "integrations/preload/libmodelmem_preload.so",
-                                      here / "../lib/libmodelmem_preload.so"};
+  std::vector<fs::path> candidates = {
+      here / "integrations/preload/libmodelmem_preload.so",
+      here / ".." / MODELMEM_INSTALL_LIBDIR / "libmodelmem_preload.so"};
   for (const auto& c : candidates)
     if (fs::exists(c)) return fs::weakly_canonical(c).string();
   throw InvalidInput("run: libmodelmem_preload.so not found (looked in " + candidates[0].string() +
