@@ -14,6 +14,7 @@
 
 #ifdef MODELMEM_HAVE_CUDA
 #include "modelmem/device/cuda.hpp"
+#include "modelmem/monitor/cuda.hpp"
 #endif
 
 namespace modelmem::tools {
@@ -31,7 +32,7 @@ inline MachineView look(const monitor::ScanOptions& options, bool devices) {
   v.host = monitor::read_host_memory();
   if (devices) {
 #ifdef MODELMEM_HAVE_CUDA
-    device::register_cuda_memory_query();
+    monitor::register_cuda_memory_query();
 #endif
     v.devices = monitor::query_device_memory(v.device_notes);
   }

@@ -1,6 +1,6 @@
 // Everything of modelmem in one include. Each concept has its own header in the folder of its
 // layer (docs/architecture.md): core/, plan/, device/, alloc/, config/, model/, trace/, monitor/.
-// The CUDA device (device/cuda.hpp) is left out: it needs the CUDA backend to be built.
+// The CUDA headers (device/cuda.hpp, monitor/cuda.hpp) are left out: they need the CUDA backend.
 #pragma once
 
 #include "modelmem/alloc/allocator.hpp"

@@ -11,6 +11,7 @@
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
+#include "modelmem/monitor/cuda.hpp"
 #include "modelmem/monitor/system.hpp"
 
 namespace {
@@ -105,7 +106,7 @@ void caching(const device::DevicePtr& dev, bool expandable) {
 }
 
 void memory_report() {
-  device::register_cuda_memory_query();
+  monitor::register_cuda_memory_query();
   std::vector<std::string> notes;
   auto devices = monitor::query_device_memory(notes);
   for (const auto& n : notes) std::printf("NOTE: %s\n", n.c_str());

@@ -28,8 +28,4 @@ CudaAvailability cuda_availability() noexcept;
 /// unmap() and release() synchronise the device first: the GPU may still use the memory.
 DevicePtr make_cuda_device(int index = 0);
 
-/// Registers the "cuda" query of monitor::query_device_memory (per-device total, free, used and
-/// per-process usage from NVML, the driver's management library; no CUDA context is created).
-void register_cuda_memory_query();
-
 }  // namespace modelmem::device

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/device/cuda.hpp"
+#include "modelmem/monitor/cuda.hpp"
 #include "modelmem/monitor/system.hpp"
 
-namespace modelmem::device {
+namespace modelmem::monitor {
 namespace {
 
 // The few NVML declarations used (stable C ABI; the toolkit ships no nvml.h here).
@@ -116,7 +116,7 @@ void query(std::vector<monitor::DeviceMemory>& devices, std::vector<std::string>
 }  // namespace
 
 void register_cuda_memory_query() {
-  monitor::register_device_memory_query("cuda", &query);
+  register_device_memory_query("cuda", &query);
 }
 
-}  // namespace modelmem::device
+}  // namespace modelmem::monitor
