@@ -1,21 +1,19 @@
-// The static strategy. Free space is kept twice: by address (to merge neighbours on free) and by
-// (size, address) (best fit in O(log n), lowest address among equals so the arena fills from the
-// bottom and stays compact). The segment is taken once in the constructor and returned only in
-// the destructor; nothing here ever asks the device again.
+// The static strategy. Free space is the shared best-fit coalescing free list (core/free_list.hpp:
+// best fit in O(log n), lowest address among equals so the arena fills from the bottom and stays
+// compact, neighbours merged on free). The segment is taken once in the constructor and returned
+// only in the destructor; nothing here ever asks the device again.
 #include "modelmem/alloc/static_allocator.hpp"
 
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
-#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/free_list.hpp"
 
 namespace modelmem::alloc {
 namespace {
@@ -41,47 +39,16 @@ struct StaticAllocator::Impl {
   std::size_t usable = 0;   // bytes from base that blocks may use
   PoolKind segment_pool = PoolKind::kLarge;
 
-  using OffsetMap = std::map<std::size_t, std::size_t>;           // offset -> size
-  using SizeSet = std::set<std::pair<std::size_t, std::size_t>>;  // (size, offset)
   using LiveMap = std::unordered_map<std::uintptr_t, Live>;
 
   mutable std::mutex mutex;
-  OffsetMap free_by_offset;
-  SizeSet free_by_size;
+  core::FreeList free;
   LiveMap live;
-  // Nodes taken out of the containers are kept and reused, so a steady pattern of requests
-  // never calls the C heap (it halves the cost of an alloc+free pair).
-  std::vector<OffsetMap::node_type> spare_offset;
-  std::vector<SizeSet::node_type> spare_size;
+  // Nodes taken out of the live map are kept and reused, so a steady pattern of requests never
+  // calls the C heap (it halves the cost of an alloc+free pair); the free list does the same.
   std::vector<LiveMap::node_type> spare_live;
-  std::size_t free_bytes = 0;
   Stats stats;
 
-  void insert_free(std::size_t offset, std::size_t size) {
-    if (spare_offset.empty()) {
-      free_by_offset.emplace(offset, size);
-    } else {
-      auto node = std::move(spare_offset.back());
-      spare_offset.pop_back();
-      node.key() = offset;
-      node.mapped() = size;
-      free_by_offset.insert(std::move(node));
-    }
-    if (spare_size.empty()) {
-      free_by_size.emplace(size, offset);
-    } else {
-      auto node = std::move(spare_size.back());
-      spare_size.pop_back();
-      node.value() = {size, offset};
-      free_by_size.insert(std::move(node));
-    }
-    free_bytes += size;
-  }
-  void erase_free(OffsetMap::iterator it) {
-    spare_size.push_back(free_by_size.extract({it->second, it->first}));
-    free_bytes -= it->second;
-    spare_offset.push_back(free_by_offset.extract(it));
-  }
   void insert_live(std::uintptr_t address, Live block) {
     if (spare_live.empty()) {
       live.emplace(address, block);
@@ -95,15 +62,13 @@ struct StaticAllocator::Impl {
   }
   void erase_live(LiveMap::iterator it) { spare_live.push_back(live.extract(it)); }
 
-  std::size_t largest_free() const {
-    return free_by_size.empty() ? 0 : free_by_size.rbegin()->first;
-  }
+  std::size_t largest_free() const { return free.largest(); }
 
   // Free memory between live blocks counts as "inactive split" (PyTorch's name for free bytes
   // inside a segment that is partly in use); an idle arena has none.
   void update_split_counters() {
-    std::int64_t want_bytes = live.empty() ? 0 : static_cast<std::int64_t>(free_bytes);
-    std::int64_t want_count = live.empty() ? 0 : static_cast<std::int64_t>(free_by_offset.size());
+    std::int64_t want_bytes = live.empty() ? 0 : static_cast<std::int64_t>(free.bytes());
+    std::int64_t want_count = live.empty() ? 0 : static_cast<std::int64_t>(free.count());
     auto adjust = [&](CounterSet& set, std::int64_t want) {
       std::int64_t delta = want - set.all.current;
       if (delta > 0) set.add(segment_pool, delta);
@@ -139,7 +104,7 @@ StaticAllocator::StaticAllocator(device::DevicePtr device, StaticOptions options
     throw InvalidInput("static pool: budget of " + format_bytes(options.budget) +
                        " leaves no aligned space on " + m.device->name());
   }
-  m.insert_free(0, m.usable);
+  m.free.release(0, m.usable);
   m.segment_pool = pool_of_request(options.budget);
   m.stats.count_segment(m.segment_pool, options.budget, true);
   emit(EventKind::kSegmentAlloc, raw, options.budget);
@@ -155,11 +120,9 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
   if (size == 0) throw InvalidInput("static pool: allocation of 0 bytes");
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mutex);
-  auto it = size <= m.usable
-                ? m.free_by_size.lower_bound(
-                      {(size + m.options.alignment - 1) & ~(m.options.alignment - 1), 0})
-                : m.free_by_size.end();
-  if (it == m.free_by_size.end()) {
+  const std::size_t rounded = (size + m.options.alignment - 1) & ~(m.options.alignment - 1);
+  const auto fit = size <= m.usable ? m.free.best_fit(rounded) : std::nullopt;
+  if (!fit) {
     ++m.stats.num_ooms;
     OomInfo info;
     info.requested = size;
@@ -174,11 +137,8 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
     emit(EventKind::kOom, 0, size, stream);
     throw OutOfMemory(std::move(info));
   }
-  const std::size_t rounded = (size + m.options.alignment - 1) & ~(m.options.alignment - 1);
-  const std::size_t block_size = it->first;
-  const std::size_t offset = it->second;
-  m.erase_free(m.free_by_offset.find(offset));
-  if (block_size > rounded) m.insert_free(offset + rounded, block_size - rounded);
+  const std::size_t offset = fit->offset;
+  m.free.take(*fit, offset, rounded);
 
   const std::uintptr_t address = m.base + offset;
   m.insert_live(address, Impl::Live{rounded, size});
@@ -203,24 +163,7 @@ void StaticAllocator::deallocate(void* ptr) {
   const Impl::Live block = live->second;
   m.erase_live(live);
 
-  std::size_t offset = static_cast<std::size_t>(address - m.base);
-  std::size_t size = block.size;
-  auto next = m.free_by_offset.lower_bound(offset);
-  if (next != m.free_by_offset.end() && next->first == offset + size) {
-    size += next->second;
-    auto after = std::next(next);
-    m.erase_free(next);
-    next = after;
-  }
-  if (next != m.free_by_offset.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      offset = prev->first;
-      size += prev->second;
-      m.erase_free(prev);
-    }
-  }
-  m.insert_free(offset, size);
+  m.free.release(static_cast<std::size_t>(address - m.base), block.size);
 
   m.stats.count_block(pool_of_request(block.requested), block.size, block.requested, false);
   m.update_split_counters();

@@ -1,18 +1,17 @@
 // Heap simulation for the best-fit heuristic: the schedule is replayed, each buffer allocated
 // from a free list when it starts and returned when it ends, as a run-time allocator would.
 //
-// Free space is a set of disjoint blocks indexed twice, by address (to merge neighbours on
-// free) and by length (to find the best fit in O(log n)). The block above the highest live
-// buffer is unbounded: its length is "to the end of the address space", so best fit takes it
-// only when no bounded gap fits, which is exactly when the arena grows.
+// Free space is the shared coalescing free list (core/free_list.hpp), indexed by address and by
+// length. The block above the highest live buffer is unbounded: its length is "to the end of the
+// address space", so best fit takes it only when no bounded gap fits, which is exactly when the
+// arena grows.
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <optional>
-#include <set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/free_list.hpp"
 #include "plan/placement.hpp"
 
 namespace modelmem::plan::detail {
@@ -20,69 +19,43 @@ namespace {
 
 constexpr std::size_t kTop = std::numeric_limits<std::size_t>::max();
 
-class FreeList {
+// The heap's free space: best fit (or first fit) with the buffer's alignment inside the gap.
+class HeapFreeList {
  public:
-  FreeList() { add(0, kTop); }
+  HeapFreeList() { free_.release(0, kTop); }
 
   std::size_t allocate(const Buffer& b, GapChoice choice) {
     if (choice == GapChoice::kBest) {
-      for (auto it = by_length_.lower_bound({b.size, 0}); it != by_length_.end(); ++it) {
-        if (auto at = fit(it->second, it->second + it->first, b)) return take(it->second, *at, b);
+      for (auto it = free_.first_of_size(b.size); it != free_.size_end(); ++it) {
+        const core::FreeList::Range r{it->second, it->first};
+        if (auto at = fit(r, b)) return take(r, *at, b);
       }
     } else {
-      for (auto& [addr, end] : by_addr_) {
-        if (auto at = fit(addr, end, b)) return take(addr, *at, b);
+      for (auto& [addr, size] : free_.by_offset()) {
+        const core::FreeList::Range r{addr, size};
+        if (auto at = fit(r, b)) return take(r, *at, b);
       }
     }
     throw_offset_overflow(b);  // only when the unbounded block cannot hold it either
   }
 
-  void release(std::size_t addr, std::size_t size) {
-    std::size_t end = addr + size;
-    auto next = by_addr_.lower_bound(addr);
-    if (next != by_addr_.end() && next->first == end) {
-      end = next->second;
-      remove(next);
-    }
-    auto prev = by_addr_.lower_bound(addr);
-    if (prev != by_addr_.begin()) {
-      --prev;
-      if (prev->second == addr) {
-        addr = prev->first;
-        remove(prev);
-      }
-    }
-    add(addr, end);
-  }
+  void release(std::size_t addr, std::size_t size) { free_.release(addr, size); }
 
  private:
-  static std::optional<std::size_t> fit(std::size_t addr, std::size_t end, const Buffer& b) {
-    if (end - addr < b.size) return std::nullopt;
+  static std::optional<std::size_t> fit(core::FreeList::Range r, const Buffer& b) {
+    if (r.size < b.size) return std::nullopt;
     std::size_t at;
-    if (!try_align_up(addr, b, at) || at > end || end - at < b.size) return std::nullopt;
+    if (!try_align_up(r.offset, b, at) || at > r.end() || r.end() - at < b.size)
+      return std::nullopt;
     return at;
   }
 
-  std::size_t take(std::size_t addr, std::size_t at, const Buffer& b) {
-    auto it = by_addr_.find(addr);
-    std::size_t end = it->second;
-    remove(it);
-    if (at > addr) add(addr, at);
-    if (end - at > b.size) add(at + b.size, end);
+  std::size_t take(core::FreeList::Range r, std::size_t at, const Buffer& b) {
+    free_.take(r, at, b.size);
     return at;
   }
 
-  void add(std::size_t addr, std::size_t end) {
-    by_addr_.emplace(addr, end);
-    by_length_.emplace(end - addr, addr);
-  }
-  void remove(std::map<std::size_t, std::size_t>::iterator it) {
-    by_length_.erase({it->second - it->first, it->first});
-    by_addr_.erase(it);
-  }
-
-  std::map<std::size_t, std::size_t> by_addr_;               // address -> end
-  std::set<std::pair<std::size_t, std::size_t>> by_length_;  // (length, address)
+  core::FreeList free_;
 };
 
 }  // namespace
@@ -102,7 +75,7 @@ Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, Ga
 
   Plan plan;
   plan.offsets.assign(n, 0);
-  FreeList free;
+  HeapFreeList free;
   std::size_t next_end = 0;
   for (std::size_t i : starts) {
     // [start, end) lifetimes: a buffer ending at this step is free for one starting at it.

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/free_list.hpp"
 #include "modelmem/plan/solver.hpp"
 
 namespace modelmem::trace {
@@ -93,30 +94,10 @@ std::uint64_t step_signature(const Trace& trace, const Blocks& blocks, Window w)
 
 std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
                                    std::size_t alignment) {
-  std::set<std::pair<std::size_t, std::size_t>> by_size;  // (size, offset)
-  std::map<std::size_t, std::size_t> by_offset;           // offset -> size
+  core::FreeList free;  // the shared best-fit coalescing free list
   std::vector<std::pair<std::size_t, std::size_t>> placed(blocks.blocks.size(), {0, 0});
   std::size_t top = 0;
   std::size_t high = 0;
-  auto insert_free = [&](std::size_t offset, std::size_t size) {
-    auto next = by_offset.lower_bound(offset);
-    if (next != by_offset.end() && offset + size == next->first) {
-      by_size.erase({next->second, next->first});
-      size += next->second;
-      next = by_offset.erase(next);
-    }
-    if (next != by_offset.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        by_size.erase({prev->second, prev->first});
-        offset = prev->first;
-        size += prev->second;
-        by_offset.erase(prev);
-      }
-    }
-    by_offset[offset] = size;
-    by_size.insert({size, offset});
-  };
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     std::size_t b = blocks.block_of_event[i];
     if (b == kNever) continue;
@@ -124,20 +105,12 @@ std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
     if (e.kind == EventKind::kAlloc) {
       std::size_t size = checked_align_up(blocks.blocks[b].size, alignment, "block size");
       std::size_t offset;
-      auto fit = by_size.lower_bound({size, 0});
-      if (fit != by_size.end()) {
-        offset = fit->second;
-        std::size_t free_size = fit->first;
-        by_offset.erase(offset);
-        by_size.erase(fit);
-        if (free_size > size) insert_free(offset + size, free_size - size);
-      } else if (!by_offset.empty() &&
-                 std::prev(by_offset.end())->first + std::prev(by_offset.end())->second == top) {
+      if (auto fit = free.allocate(size)) {
+        offset = *fit;
+      } else if (auto last = free.last(); last && last->end() == top) {
         // Grow the free block at the top instead of leaving it behind.
-        auto last = std::prev(by_offset.end());
-        offset = last->first;
-        by_size.erase({last->second, last->first});
-        by_offset.erase(last);
+        offset = last->offset;
+        free.erase(offset);
         top = offset + size;
       } else {
         offset = top;
@@ -147,7 +120,7 @@ std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
       placed[b] = {offset, size};
     } else if (e.kind == EventKind::kFree) {
       if (blocks.blocks[b].free_index != i) continue;
-      insert_free(placed[b].first, placed[b].second);
+      free.release(placed[b].first, placed[b].second);
     }
   }
   return high;
