@@ -340,17 +340,13 @@ void fork_child() {
   g_mutex.unlock();
 }
 
-std::string human(std::size_t bytes) {
-  return format_bytes(bytes);
-}
-
 void print_report() {
   Inside inside;
   std::lock_guard lock(g_mutex);
   std::FILE* out = stderr;
   std::fprintf(out, "modelmem preload report (pid %d)\n", static_cast<int>(getpid()));
   std::fprintf(out, "  strategy          %s\n", g_describe ? g_describe->c_str() : "?");
-  std::fprintf(out, "  threshold         %s\n", human(g_threshold).c_str());
+  std::fprintf(out, "  threshold         %s\n", format_bytes(g_threshold).c_str());
   std::fprintf(out, "  small requests    %s\n", next_name().c_str());
   if (g_cache_on.load(std::memory_order_acquire)) {
     ThreadCache& mine = t_cache;  // this thread's counters not flushed yet
@@ -360,14 +356,14 @@ void print_report() {
     std::fprintf(out,
                  "  small cache       %s per thread: %llu hits (%.1f%%), %llu misses, %llu frees "
                  "passed on (cache full)\n",
-                 human(g_cache_limits.budget).c_str(), static_cast<unsigned long long>(hits),
+                 format_bytes(g_cache_limits.budget).c_str(), static_cast<unsigned long long>(hits),
                  hits + misses == 0
                      ? 0.0
                      : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
                  static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
   } else if (g_cache_pending) {
     std::fprintf(out, "  small cache       %s per thread from the first plan: no plan yet\n",
-                 human(g_cache_limits.budget).c_str());
+                 format_bytes(g_cache_limits.budget).c_str());
   } else {
     std::fprintf(out, "  small cache       %s\n", g_cache_off ? g_cache_off->c_str() : "off");
   }
@@ -385,7 +381,7 @@ void print_report() {
                  static_cast<unsigned long long>(p.plans_kept),
                  static_cast<unsigned long long>(p.replans));
     std::fprintf(out, "  hits              %llu (%s)\n", static_cast<unsigned long long>(p.hits),
-                 human(p.hit_bytes).c_str());
+                 format_bytes(p.hit_bytes).c_str());
     std::fprintf(out,
                  "  misses            %llu (%llu slot still occupied), %llu in mismatching "
                  "steps; %llu outside plans by design\n",
@@ -393,15 +389,16 @@ void print_report() {
                  static_cast<unsigned long long>(p.occupied),
                  static_cast<unsigned long long>(p.mismatched_steps),
                  static_cast<unsigned long long>(p.unplanned));
-    std::fprintf(out, "  peak live         %s\n", human(p.peak_live).c_str());
+    std::fprintf(out, "  peak live         %s\n", format_bytes(p.peak_live).c_str());
     std::fprintf(out, "  arena size        %s (%llu arena allocations)\n",
-                 human(p.arena_size).c_str(), static_cast<unsigned long long>(p.arena_allocations));
+                 format_bytes(p.arena_size).c_str(),
+                 static_cast<unsigned long long>(p.arena_allocations));
     if (p.arena_size > 0) {
       const auto [base, bytes] = g_planned->arena_range();
       if (p.arena_huge_pages)
         std::fprintf(out,
                      "  arena pages       %s of it in 2 MiB pages (transparent huge pages: %s)\n",
-                     human(device::huge_page_bytes(base, bytes)).c_str(),
+                     format_bytes(device::huge_page_bytes(base, bytes)).c_str(),
                      device::transparent_huge_pages_mode().c_str());
       else
         std::fprintf(out, "  arena pages       4 KiB pages (%s)\n",
@@ -413,11 +410,11 @@ void print_report() {
                  static_cast<unsigned long long>(p.hit_bytes / 4096));
   } else {
     std::fprintf(out, "  peak live         %s\n",
-                 human(static_cast<std::size_t>(s.requested_bytes.all.peak)).c_str());
+                 format_bytes(static_cast<std::size_t>(s.requested_bytes.all.peak)).c_str());
   }
   std::fprintf(out, "  reserved          %s now, %s peak\n",
-               human(static_cast<std::size_t>(s.reserved_bytes.all.current)).c_str(),
-               human(static_cast<std::size_t>(s.reserved_bytes.all.peak)).c_str());
+               format_bytes(static_cast<std::size_t>(s.reserved_bytes.all.current)).c_str(),
+               format_bytes(static_cast<std::size_t>(s.reserved_bytes.all.peak)).c_str());
   std::fprintf(out, "  OS calls          %llu (segments mapped and unmapped by modelmem)\n",
                static_cast<unsigned long long>(g_region->os_calls()));
 }

@@ -309,12 +309,8 @@ struct CachingAllocator::Impl {
 
   static PoolKind kind_of(bool small) { return small ? PoolKind::kSmall : PoolKind::kLarge; }
 
-  void count(CounterSet& c, bool small, std::int64_t delta) {
-    const PoolKind k = kind_of(small);
-    if (delta >= 0)
-      c.add(k, delta);
-    else
-      c.sub(k, -delta);
+  static void count(CounterSet& c, bool small, std::int64_t delta) noexcept {
+    c.move(kind_of(small), delta);
   }
 
   Block* new_block() {
@@ -717,10 +713,7 @@ struct CachingAllocator::Impl {
   // A block comes back for good (freed with no other stream pending, or synchronized).
   void return_block(Block* b, bool count_free = true) {
     const bool small = b->small_request;
-    if (count_free) {
-      count(stats_.active_bytes, small, -static_cast<std::int64_t>(b->size));
-      count(stats_.active, small, -1);
-    }
+    if (count_free) stats_.count_active(kind_of(small), b->size, false);
     b->allocated = false;
     b->pending = false;
     b->stream_uses.clear();
@@ -1107,12 +1100,7 @@ struct CachingAllocator::Impl {
         c->remember(b);
       }
     }
-    const auto bytes = static_cast<std::int64_t>(b->size);
-    count(stats_.allocated_bytes, small, bytes);
-    count(stats_.requested_bytes, small, static_cast<std::int64_t>(size));
-    count(stats_.allocation, small, 1);
-    count(stats_.active_bytes, small, bytes);
-    count(stats_.active, small, 1);
+    stats_.count_block(kind_of(small), b->size, size, true);
     owner_->emit(EventKind::kAlloc, b->addr, size, stream);
     return reinterpret_cast<void*>(b->addr);
   }
@@ -1142,11 +1130,9 @@ struct CachingAllocator::Impl {
     Block* b = lookup(ptr, "deallocate");
     active_.erase(b->addr);
     const bool small = b->small_request;
-    count(stats_.allocated_bytes, small, -static_cast<std::int64_t>(b->size));
-    count(stats_.requested_bytes, small, -static_cast<std::int64_t>(b->requested_counted));
+    stats_.count_handed_out(kind_of(small), b->size, b->requested_counted, false);
     fix_r_ +=
         static_cast<std::int64_t>(b->requested_counted) - static_cast<std::int64_t>(b->requested);
-    count(stats_.allocation, small, -1);
     owner_->emit(EventKind::kFree, b->addr, b->size, b->stream);
     if (!b->stream_uses.empty()) {
       b->allocated = false;
@@ -1184,16 +1170,13 @@ struct CachingAllocator::Impl {
     if (tc_on_) apply_thread_caches(s);
     s.largest_free_block = largest_free();
     return s;
-  }
+  }  // CachingAllocator::stats adds the warnings
 
   void reset_peak() {
     std::lock_guard lock(mu_);
     // Parked blocks count as allocated in the peaks: start from none.
     flush_thread_caches();
-    for (CounterSet* c : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                          &stats_.inactive_split_bytes, &stats_.requested_bytes, &stats_.allocation,
-                          &stats_.segment, &stats_.active, &stats_.inactive_split})
-      c->reset_peak();
+    stats_.reset_peaks();
   }
 
   void release_everything() noexcept {
@@ -1271,10 +1254,6 @@ void validate(const CachingOptions& o) {
   if (o.expandable_map_chunk == 0) bad("expandable_map_chunk must be positive");
 }
 
-std::string mib(std::size_t bytes) {
-  return format_bytes(bytes);
-}
-
 }  // namespace
 
 CachingAllocator::CachingAllocator(device::DevicePtr device, CachingOptions options) {
@@ -1321,7 +1300,7 @@ void CachingAllocator::deallocate(void* ptr) {
 }
 
 Stats CachingAllocator::stats() const {
-  return impl_->stats();
+  return with_warnings(impl_->stats());
 }
 
 void CachingAllocator::reset_peak() {
@@ -1340,11 +1319,6 @@ void CachingAllocator::synchronize() {
   impl_->synchronize();
 }
 
-void CachingAllocator::add_warning(std::string message) {
-  std::lock_guard lock(impl_->mu_);
-  impl_->stats_.warnings.push_back(std::move(message));
-}
-
 const CachingOptions& CachingAllocator::options() const noexcept {
   return impl_->options_;
 }
@@ -1357,22 +1331,23 @@ std::string CachingAllocator::describe() const {
   const auto& o = impl_->options_;
   std::string s = "caching on " + impl_->device_->name() + ": ";
   if (o.expandable_segments) {
-    s += "expandable segments (page " + mib(impl_->page_) + ")";
+    s += "expandable segments (page " + format_bytes(impl_->page_) + ")";
   } else {
-    s += "small <= " + mib(o.small_size) + " from " + mib(o.small_segment) +
-         " segments, large from " + mib(o.large_segment) +
-         " segments, >= " + mib(o.min_large_alloc) + " rounded to " + mib(o.round_large);
+    s += "small <= " + format_bytes(o.small_size) + " from " + format_bytes(o.small_segment) +
+         " segments, large from " + format_bytes(o.large_segment) +
+         " segments, >= " + format_bytes(o.min_large_alloc) + " rounded to " +
+         format_bytes(o.round_large);
   }
-  s += ", round " + mib(o.round_bytes);
+  s += ", round " + format_bytes(o.round_bytes);
   s += ", max_split_size " +
-       (o.max_split_size == kNoLimit ? std::string("unlimited") : mib(o.max_split_size));
+       (o.max_split_size == kNoLimit ? std::string("unlimited") : format_bytes(o.max_split_size));
   s += ", roundup_power2_divisions ";
   if (o.roundup_power2_divisions.empty()) {
     s += "off";
   } else {
     bool first = true;
     for (const auto& [edge, div] : o.roundup_power2_divisions) {
-      s += (first ? "[" : ",") + (edge == 0 ? std::string("*") : mib(edge)) + ":" +
+      s += (first ? "[" : ",") + (edge == 0 ? std::string("*") : format_bytes(edge)) + ":" +
            std::to_string(div);
       first = false;
     }
@@ -1384,7 +1359,7 @@ std::string CachingAllocator::describe() const {
                 o.garbage_collection_threshold, o.per_process_memory_fraction);
   s += buf;
   if (o.thread_cache_bytes > 0)
-    s += ", thread cache " + mib(o.thread_cache_bytes) + " per thread (" +
+    s += ", thread cache " + format_bytes(o.thread_cache_bytes) + " per thread (" +
          (impl_->tc_fence_ ? "membarrier" : "atomic") + ")";
   return s;
 }

@@ -63,16 +63,17 @@ void DirectAllocator::deallocate(void* ptr) {
 }
 
 Stats DirectAllocator::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->stats;
+  Stats s;
+  {
+    std::lock_guard lock(impl_->mutex);
+    s = impl_->stats;
+  }
+  return with_warnings(std::move(s));
 }
 
 void DirectAllocator::reset_peak() {
   std::lock_guard lock(impl_->mutex);
-  Stats& s = impl_->stats;
-  for (CounterSet* c : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes,
-                        &s.allocation, &s.segment, &s.active})
-    c->reset_peak();
+  impl_->stats.reset_peaks();
 }
 
 std::string DirectAllocator::describe() const {

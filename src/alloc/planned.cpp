@@ -502,37 +502,15 @@ Stats PlannedAllocator::stats() const {
   const Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   Stats s = m.options.fallback->stats();
-  auto merge = [](CounterSet& into, const CounterSet& from) {
-    for (PoolKind k : {PoolKind::kAll, PoolKind::kSmall, PoolKind::kLarge}) {
-      into[k].current += from[k].current;
-      into[k].peak += from[k].peak;
-      into[k].allocated += from[k].allocated;
-      into[k].freed += from[k].freed;
-    }
-  };
-  merge(s.allocated_bytes, m.own.allocated_bytes);
-  merge(s.reserved_bytes, m.own.reserved_bytes);
-  merge(s.active_bytes, m.own.active_bytes);
-  merge(s.requested_bytes, m.own.requested_bytes);
-  merge(s.allocation, m.own.allocation);
-  merge(s.segment, m.own.segment);
-  merge(s.active, m.own.active);
-  s.num_device_alloc += m.own.num_device_alloc;
-  s.num_device_free += m.own.num_device_free;
-  return s;
+  s.merge(m.own);
+  return with_warnings(std::move(s));
 }
 
 void PlannedAllocator::reset_peak() {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   m.options.fallback->reset_peak();
-  m.own.allocated_bytes.reset_peak();
-  m.own.reserved_bytes.reset_peak();
-  m.own.active_bytes.reset_peak();
-  m.own.requested_bytes.reset_peak();
-  m.own.allocation.reset_peak();
-  m.own.segment.reset_peak();
-  m.own.active.reset_peak();
+  m.own.reset_peaks();
   m.pstats.peak_live = m.live_bytes;
 }
 

@@ -126,8 +126,7 @@ Stats QuotaAdaptor::stats() const {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     s.num_ooms += impl_->refused;
   }
-  for (auto& w : warnings()) s.warnings.push_back(w);
-  return s;
+  return with_warnings(std::move(s));
 }
 
 void QuotaAdaptor::reset_peak() {

@@ -177,17 +177,12 @@ Stats StaticAllocator::stats() const {
     s = impl_->stats;
     s.largest_free_block = impl_->largest_free();
   }
-  s.warnings = warnings();
-  return s;
+  return with_warnings(std::move(s));
 }
 
 void StaticAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  Stats& s = impl_->stats;
-  for (CounterSet* c :
-       {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes,
-        &s.requested_bytes, &s.allocation, &s.segment, &s.active, &s.inactive_split})
-    c->reset_peak();
+  impl_->stats.reset_peaks();
 }
 
 std::string StaticAllocator::describe() const {

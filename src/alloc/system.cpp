@@ -109,16 +109,12 @@ Stats SystemAllocator::stats() const {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     s = impl_->stats;
   }
-  s.warnings = warnings();
-  return s;
+  return with_warnings(std::move(s));
 }
 
 void SystemAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  Stats& s = impl_->stats;
-  for (CounterSet* c : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes,
-                        &s.allocation, &s.segment, &s.active})
-    c->reset_peak();
+  impl_->stats.reset_peaks();
 }
 
 std::string SystemAllocator::describe() const {

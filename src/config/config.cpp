@@ -22,6 +22,7 @@
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
 #include "modelmem/plan/plan_file.hpp"
@@ -40,11 +41,7 @@ using detail::trim_double;
 // A size in MiB must still fit in 64 bits as bytes.
 constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using core::trim;
 
 bool parse_uint(std::string_view s, std::size_t& out) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return false;

@@ -31,11 +31,6 @@ using detail::kMiB;
 using detail::preset;
 using detail::trim_double;
 
-std::string mib_text(std::size_t bytes) {
-  if (bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
-  return format_bytes(bytes);
-}
-
 // One line per distinct warning per process, as PyTorch's TORCH_WARN_ONCE does per call site.
 void warn_once(const std::string& text) {
   static std::mutex mutex;
@@ -101,7 +96,7 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
   const double cap = std::floor(static_cast<double>(total) * fraction);
   if (static_cast<double>(s.bytes) > cap)
     throw InvalidInput(
-        "config: static pool of " + mib_text(s.bytes) + " (" + s.source + ") exceeds " +
+        "config: static pool of " + format_bytes_mib(s.bytes) + " (" + s.source + ") exceeds " +
         (fraction < 1.0 ? "per_process_memory_fraction " + trim_double(fraction) + " of "
                         : std::string()) +
         dev.name() + "'s " + format_bytes(total));
@@ -114,8 +109,9 @@ std::shared_ptr<Allocator> make_static(const device::DevicePtr& dev, const Stati
   try {
     return std::make_shared<StaticAllocator>(dev, StaticOptions{size.bytes, 256});
   } catch (const OutOfMemory& e) {
-    throw OutOfMemory(e.info(), "static pool of " + mib_text(size.bytes) + " (" + size.source +
-                                    ") does not fit on " + dev->name() + ": " + e.what());
+    throw OutOfMemory(e.info(), "static pool of " + format_bytes_mib(size.bytes) + " (" +
+                                    size.source + ") does not fit on " + dev->name() + ": " +
+                                    e.what());
   }
 }
 
@@ -165,7 +161,7 @@ Built build(const Config& c, device::DevicePtr base) {
 
   if (strategy == "static") {
     StaticSizing size = static_pool_size(c, *b.device);
-    setting("static_pool", mib_text(size.bytes) + " (" + size.source + ")");
+    setting("static_pool", format_bytes_mib(size.bytes) + " (" + size.source + ")");
     b.probe = "not run (strategy:static)";
     b.allocator = make_static(b.device, size);
     return b;
@@ -231,22 +227,20 @@ Built build(const Config& c, device::DevicePtr base) {
   std::string warning;
   if (fallback == "static") {
     StaticSizing size = static_pool_size(c, *b.device);
-    warning = head + "; falling back to a static pool of " + mib_text(size.bytes);
+    warning = head + "; falling back to a static pool of " + format_bytes_mib(size.bytes);
     setting("expandable_segments", "True (unsupported here)");
-    setting("fallback", "static: pool of " + mib_text(size.bytes) + " (" + size.source + ")");
+    setting("fallback",
+            "static: pool of " + format_bytes_mib(size.bytes) + " (" + size.source + ")");
     b.allocator = make_static(b.device, size);
   } else {
     options.expandable_segments = false;
     warning = head + "; falling back to the caching pool with fixed-size segments";
     caching_settings(options);
     setting("fallback", "caching (fixed-size segments)");
-    auto caching = std::make_shared<CachingAllocator>(b.device, options);
-    // Through the concrete type: the caching pool keeps warnings with its own statistics.
-    caching->add_warning(warning);
-    b.allocator = caching;
+    b.allocator = std::make_shared<CachingAllocator>(b.device, options);
   }
   warn_once(warning);
-  if (fallback == "static") b.allocator->add_warning(warning);
+  b.allocator->add_warning(warning);
   b.fallback_warning = warning;
   return b;
 }

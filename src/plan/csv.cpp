@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/plan/plan_io.hpp"
 
 namespace modelmem::plan {
@@ -56,11 +57,7 @@ std::string printable(std::string_view s, std::size_t max_len = 60) {
   return out;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using core::trim;
 
 class Reader {
  public:

@@ -12,17 +12,16 @@
 #include <unordered_map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/trace/recorder.hpp"
 
 namespace modelmem::trace {
 
 namespace {
 
+// Fields and lines lose blanks, tabs and the carriage return of a CRLF file.
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
+  return core::trim(s, " \t\r");
 }
 
 std::vector<std::string_view> split(std::string_view line) {

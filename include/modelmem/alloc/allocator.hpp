@@ -47,7 +47,9 @@ class Allocator {
   Listener* listener() const noexcept { return listener_.load(std::memory_order_acquire); }
 
   /// Records a notice (e.g. the expandable-segments fallback) that stats() reports in
-  /// Stats::warnings for the allocator's lifetime. Thread-safe; off the hot path.
+  /// Stats::warnings for the allocator's lifetime. The one warning channel: every strategy and
+  /// adaptor reports these (after those of the allocators it wraps). Thread-safe; off the hot
+  /// path.
   void add_warning(std::string text) {
     std::lock_guard<std::mutex> lock(warnings_mutex_);
     warnings_.push_back(std::move(text));
@@ -58,6 +60,13 @@ class Allocator {
   }
 
  protected:
+  /// Appends this allocator's warnings to a snapshot; every stats() ends with it.
+  Stats with_warnings(Stats s) const {
+    std::vector<std::string> own = warnings();
+    s.warnings.insert(s.warnings.end(), own.begin(), own.end());
+    return s;
+  }
+
   void emit(EventKind kind, std::uintptr_t address, std::size_t size, Stream stream = 0,
             std::uint32_t pool = 0) const noexcept {
     Listener* l = listener_.load(std::memory_order_acquire);

@@ -113,8 +113,6 @@ class CachingAllocator : public Allocator {
   void record_stream(void* ptr, Stream stream);
   /// All streams are idle: blocks waiting on other streams become reusable.
   void synchronize();
-  /// Adds a line to Stats::warnings (used by the config factory for the fallback notice).
-  void add_warning(std::string message);
   const CachingOptions& options() const noexcept;
   const device::DevicePtr& device() const noexcept;
 

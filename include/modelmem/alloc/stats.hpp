@@ -1,7 +1,8 @@
 // The statistics every strategy keeps, in PyTorch's vocabulary (`allocated_bytes.all.current`,
 // `reserved_bytes.large.peak`, `num_alloc_retries`, ...), and the helpers that keep them exact:
-// count a block handed out or returned, a segment obtained or given back, reset every peak.
-// Plain values: a Stats is a snapshot, copied out under the allocator's lock.
+// count a block handed out or returned, a segment obtained or given back, reset every peak,
+// merge two strategies' statistics. Every strategy keeps its numbers with these helpers and
+// nothing else. Plain values: a Stats is a snapshot, copied out under the allocator's lock.
 #pragma once
 
 #include <cstddef>
@@ -57,10 +58,29 @@ struct CounterSet {
     all.sub(n);
     (*this)[k].sub(n);
   }
+  /// add() for a positive `delta`, sub() for a negative one.
+  void move(PoolKind k, std::int64_t delta) noexcept {
+    if (delta >= 0)
+      add(k, delta);
+    else
+      sub(k, -delta);
+  }
   void reset_peak() noexcept {
     all.reset_peak();
     small.reset_peak();
     large.reset_peak();
+  }
+  /// Adds another set's values field by field (peaks too: the peak of a sum is at most the sum
+  /// of the peaks, the bound a strategy made of two parts reports).
+  void merge(const CounterSet& other) noexcept {
+    for (PoolKind k : {PoolKind::kAll, PoolKind::kSmall, PoolKind::kLarge}) {
+      Counter& into = (*this)[k];
+      const Counter& from = other[k];
+      into.current += from.current;
+      into.peak += from.peak;
+      into.allocated += from.allocated;
+      into.freed += from.freed;
+    }
   }
 };
 
@@ -82,26 +102,67 @@ struct Stats {
   std::size_t largest_free_block = 0;  ///< largest block servable without asking the device
   std::vector<std::string> warnings;   ///< e.g. the expandable-segments fallback notice
 
+  /// Calls `f(CounterSet&)` for each of the nine counter sets above.
+  template <typename F>
+  void for_each_counter(F&& f) {
+    for (CounterSet* c : {&allocated_bytes, &reserved_bytes, &active_bytes, &inactive_split_bytes,
+                          &requested_bytes, &allocation, &segment, &active, &inactive_split})
+      f(*c);
+  }
+
+  /// Every counter's peak becomes its current value (Allocator::reset_peak).
+  void reset_peaks() noexcept {
+    for_each_counter([](CounterSet& c) { c.reset_peak(); });
+  }
+
+  /// Adds the statistics of another part of the same strategy (the planned arena's own
+  /// counters to its fallback's): counter sets, device calls, retries and out-of-memory
+  /// counts are summed, the largest free block is the larger one, warnings are appended.
+  void merge(const Stats& other) {
+    CounterSet* into[] = {&allocated_bytes, &reserved_bytes, &active_bytes, &inactive_split_bytes,
+                          &requested_bytes, &allocation,     &segment,      &active,
+                          &inactive_split};
+    const CounterSet* from[] = {&other.allocated_bytes, &other.reserved_bytes,
+                                &other.active_bytes,    &other.inactive_split_bytes,
+                                &other.requested_bytes, &other.allocation,
+                                &other.segment,         &other.active,
+                                &other.inactive_split};
+    for (std::size_t i = 0; i < 9; ++i) into[i]->merge(*from[i]);
+    num_alloc_retries += other.num_alloc_retries;
+    num_ooms += other.num_ooms;
+    num_device_alloc += other.num_device_alloc;
+    num_device_free += other.num_device_free;
+    if (other.largest_free_block > largest_free_block)
+      largest_free_block = other.largest_free_block;
+    warnings.insert(warnings.end(), other.warnings.begin(), other.warnings.end());
+  }
+
+  /// The caller's side of a block handed out or taken back: allocated_bytes by `bytes`,
+  /// requested_bytes by `requested`, the allocation count by one.
+  void count_handed_out(PoolKind k, std::size_t bytes, std::size_t requested,
+                        bool handed_out) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    const auto r = static_cast<std::int64_t>(requested);
+    allocated_bytes.move(k, handed_out ? b : -b);
+    requested_bytes.move(k, handed_out ? r : -r);
+    allocation.move(k, handed_out ? 1 : -1);
+  }
+
+  /// A block becomes active (handed out) or stops being active (reusable again; for a block
+  /// still used by other streams, later than its free): active_bytes by `bytes`, active by one.
+  void count_active(PoolKind k, std::size_t bytes, bool activated) noexcept {
+    const auto b = static_cast<std::int64_t>(bytes);
+    active_bytes.move(k, activated ? b : -b);
+    active.move(k, activated ? 1 : -1);
+  }
+
   /// A block handed to a caller (`handed_out`) or taken back, in pool `k`: moves
   /// allocated_bytes and active_bytes by `bytes`, requested_bytes by `requested`, and the
   /// allocation and active counts by one. Strategies whose blocks are not split inside
   /// segments (static, system, direct, planned) count every block this way.
   void count_block(PoolKind k, std::size_t bytes, std::size_t requested, bool handed_out) noexcept {
-    const auto b = static_cast<std::int64_t>(bytes);
-    const auto r = static_cast<std::int64_t>(requested);
-    if (handed_out) {
-      allocated_bytes.add(k, b);
-      active_bytes.add(k, b);
-      requested_bytes.add(k, r);
-      allocation.add(k, 1);
-      active.add(k, 1);
-    } else {
-      allocated_bytes.sub(k, b);
-      active_bytes.sub(k, b);
-      requested_bytes.sub(k, r);
-      allocation.sub(k, 1);
-      active.sub(k, 1);
-    }
+    count_handed_out(k, bytes, requested, handed_out);
+    count_active(k, bytes, handed_out);
   }
 
   /// A segment of `bytes` obtained from the device (`obtained`) or returned to it, in pool `k`:

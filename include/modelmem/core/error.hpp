@@ -1,11 +1,16 @@
 // The one exception hierarchy of modelmem. Every layer throws these and nothing else for
 // conditions a caller can act on; the C and LD_PRELOAD surfaces turn them into return codes.
+// Byte formatting (core/bytes.hpp) and checked size arithmetic (core/checked.hpp) have headers
+// of their own; they are included here because almost every thrower uses them.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <stdexcept>
 #include <string>
+
+#include "modelmem/core/bytes.hpp"
+#include "modelmem/core/checked.hpp"
 
 namespace modelmem {
 
@@ -58,14 +63,5 @@ class QuotaExceeded : public OutOfMemory {
  public:
   using OutOfMemory::OutOfMemory;
 };
-
-/// Formats a byte count as "1.50 MiB", "512 B", ...
-std::string format_bytes(std::size_t bytes);
-
-/// Overflow-checked size arithmetic; throws InvalidInput naming `what` on overflow.
-std::size_t checked_add(std::size_t a, std::size_t b, const char* what);
-std::size_t checked_mul(std::size_t a, std::size_t b, const char* what);
-/// Rounds `value` up to a multiple of `alignment` (any positive value), overflow-checked.
-std::size_t checked_align_up(std::size_t value, std::size_t alignment, const char* what);
 
 }  // namespace modelmem

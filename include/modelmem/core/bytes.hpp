@@ -1,0 +1,16 @@
+// Byte counts as people read them: the one formatting of sizes that every layer, the reports
+// and the command line use.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace modelmem {
+
+/// Formats a byte count as "1.50 MiB", "512 B", ... (two decimals from 1 KiB on).
+std::string format_bytes(std::size_t bytes);
+
+/// A whole number of MiB as "20 MiB", anything else as format_bytes does ("1.50 MiB").
+std::string format_bytes_mib(std::size_t bytes);
+
+}  // namespace modelmem

@@ -1,0 +1,28 @@
+// Byte formatting (modelmem/core/bytes.hpp).
+#include "modelmem/core/bytes.hpp"
+
+#include <cstdio>
+
+namespace modelmem {
+
+std::string format_bytes(std::size_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", value, kUnits[unit]);
+  return buf;
+}
+
+std::string format_bytes_mib(std::size_t bytes) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  if (bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
+  return format_bytes(bytes);
+}
+
+}  // namespace modelmem
