@@ -43,10 +43,11 @@ Placement best_placement(const Problem& problem, std::vector<Order> orders) {
   Placement best;
   bool have = false;
   std::size_t work = 0;
+  detail::Placer placer(problem);
   for (Order& order : orders) {
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
       std::size_t before = work;
-      Plan plan = detail::place_in_order_counted(problem, order, choice, work);
+      Plan plan = placer.place(order, choice, work);
       if (!have || plan.arena_size < best.plan.arena_size) {
         best = {std::move(plan), order, choice};
         have = true;
@@ -138,19 +139,19 @@ std::vector<Order> greedy_breadth_orders(const Problem& problem) {
   std::vector<std::size_t> visit_rank(m);
   for (std::size_t r = 0; r < m; ++r) visit_rank[steps[r]] = r;
 
-  // Sparse table for the minimum visit rank over a buffer's steps.
-  std::vector<std::vector<std::size_t>> table{visit_rank};
-  for (std::size_t len = 2; len <= m; len *= 2) {
-    const auto& prev = table.back();
-    std::vector<std::size_t> level(m - len + 1);
-    for (std::size_t j = 0; j + len <= m; ++j) level[j] = std::min(prev[j], prev[j + len / 2]);
-    table.push_back(std::move(level));
-  }
+  // A bottom-up segment tree for the minimum visit rank over a buffer's steps (2m words, where
+  // a sparse table took m log m: 300 MB at a million buffers).
+  std::vector<std::size_t> tree(2 * m);
+  for (std::size_t j = 0; j < m; ++j) tree[m + j] = visit_rank[j];
+  for (std::size_t j = m - 1; j >= 1; --j) tree[j] = std::min(tree[2 * j], tree[2 * j + 1]);
   std::vector<std::size_t> rank(n);
   for (std::size_t i = 0; i < n; ++i) {
-    std::size_t len = last[i] - first[i];
-    std::size_t k = std::bit_width(len) - 1;
-    rank[i] = std::min(table[k][first[i]], table[k][last[i] - (std::size_t{1} << k)]);
+    std::size_t best = m;
+    for (std::size_t l = first[i] + m, r = last[i] + m; l < r; l /= 2, r /= 2) {
+      if (l & 1) best = std::min(best, tree[l++]);
+      if (r & 1) best = std::min(best, tree[--r]);
+    }
+    rank[i] = best;
   }
 
   std::vector<Order> orders;
@@ -215,6 +216,7 @@ void improve_by_reordering(const Problem& problem, Placement& best, std::size_t 
   // Small problems converge long before the budget: stop after many moves without progress.
   const std::size_t patience = 20 * n + 100;
   std::size_t work = 0, stale = 0;
+  detail::Placer placer(problem);
   while (work < budget && best.plan.arena_size > lb && stale < patience) {
     ++stale;
     top.clear();
@@ -230,7 +232,7 @@ void improve_by_reordering(const Problem& problem, Placement& best, std::size_t 
       std::size_t to = rng() % from;
       std::rotate(order.begin() + to, order.begin() + from, order.begin() + from + 1);
     }
-    Plan plan = detail::place_in_order_counted(problem, order, best.choice, work);
+    Plan plan = placer.place(order, best.choice, work);
     if (plan.arena_size <= best.plan.arena_size) {
       if (plan.arena_size < best.plan.arena_size) stale = 0;
       best.plan = std::move(plan);

@@ -8,15 +8,21 @@
 //   best when most buffers overlap most others (dense schedules).
 // - TimeTree is a segment tree over the schedule's steps: each buffer is stored at the O(log m)
 //   nodes that cover its lifetime and listed at their ancestors, so a query visits only buffers
-//   that do overlap the newcomer, which are then sorted by offset. O(k log k) per placement for
-//   k overlapping buffers; best when lifetimes are short (long recorded traces, large models).
+//   that do overlap the newcomer. A node keeps the union of its buffers' address ranges (merged
+//   ranges: buffers packed side by side cost one entry), and the query sorts the ranges of the
+//   O(log m) nodes it visits. At most O(k log k) per placement for k overlapping buffers, far
+//   less when the many long-lived buffers of a training step lie packed; best when lifetimes
+//   are short or nested (recorded traces, large models: a million buffers in seconds).
 //
-// Both return the same candidates in the same order, so the plan does not depend on which one
-// runs; place_in_order_counted picks by the problem's average overlap.
+// Both give the same gaps in the same order, so the plan does not depend on which one runs;
+// place_in_order_counted picks by the problem's size and average overlap. Placer keeps the index
+// between placements of the same problem (the heuristics place it in many orders).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <optional>
 
 #include "modelmem/core/error.hpp"
 #include "plan/placement.hpp"
@@ -77,7 +83,13 @@ class OffsetOrderedSet {
     life_.reserve(n);
   }
 
-  std::size_t find(const Buffer& b, GapChoice choice, std::size_t& work) const {
+  void reset() {
+    offset_.clear();
+    end_addr_.clear();
+    life_.clear();
+  }
+
+  std::size_t find(std::size_t, const Buffer& b, GapChoice choice, std::size_t& work) const {
     const std::size_t n = offset_.size();
     work += n;
     GapFinder finder(b, choice);
@@ -88,7 +100,8 @@ class OffsetOrderedSet {
     return finder.result();
   }
 
-  void insert(std::size_t, const Buffer& b, std::size_t offset, std::size_t end_addr) {
+  void insert(std::size_t, const Buffer& b, std::size_t offset, std::size_t end_addr,
+              std::size_t&) {
     auto pos = std::upper_bound(offset_.begin(), offset_.end(), offset) - offset_.begin();
     offset_.insert(offset_.begin() + pos, offset);
     end_addr_.insert(end_addr_.begin() + pos, end_addr);
@@ -98,6 +111,33 @@ class OffsetOrderedSet {
  private:
   std::vector<std::size_t> offset_, end_addr_;
   std::vector<std::pair<Time, Time>> life_;
+};
+
+/// A set of disjoint, non-touching address ranges [lo, hi) in increasing order: the union of
+/// the ranges inserted. Touching ranges merge too (the gap between them holds nothing).
+class RangeUnion {
+ public:
+  void insert(std::size_t lo, std::size_t hi) {
+    // The first range ending at or after lo, and the first starting after hi: everything in
+    // between merges with [lo, hi).
+    auto first = std::lower_bound(ranges_.begin(), ranges_.end(), lo,
+                                  [](const Range& r, std::size_t v) { return r.second < v; });
+    auto last = first;
+    while (last != ranges_.end() && last->first <= hi) ++last;
+    if (first == last) {
+      ranges_.insert(first, {lo, hi});
+      return;
+    }
+    first->first = std::min(first->first, lo);
+    first->second = std::max(std::prev(last)->second, hi);
+    ranges_.erase(first + 1, last);
+  }
+  const std::vector<std::pair<std::size_t, std::size_t>>& ranges() const { return ranges_; }
+  void clear() { ranges_.clear(); }
+
+ private:
+  using Range = std::pair<std::size_t, std::size_t>;
+  std::vector<Range> ranges_;
 };
 
 class TimeTree {
@@ -115,22 +155,26 @@ class TimeTree {
     covering_.resize(2 * leaves_);
     touching_.resize(2 * leaves_);
     node_stamp_.assign(2 * leaves_, 0);
-    item_stamp_.assign(bufs_.size(), 0);
-    offset_.assign(bufs_.size(), 0);
-    end_addr_.assign(bufs_.size(), 0);
+    steps_.reserve(bufs_.size());
+    for (const Buffer& b : bufs_) steps_.emplace_back(step_index(b.start), step_index(b.end));
   }
 
-  std::size_t find(const Buffer& b, GapChoice choice, std::size_t& work) {
-    auto [l, r] = steps_of(b);
+  /// Empties the tree for another placement, keeping its memory.
+  void reset() {
+    for (auto& u : covering_) u.clear();
+    for (auto& u : touching_) u.clear();
+  }
+
+  // Every range listed at a node the query visits belongs to a buffer that overlaps the query in
+  // time, so only the union of those ranges matters: each node keeps its buffers' address
+  // ranges merged, and packed buffers (the usual case) cost one range for many buffers.
+  std::size_t find(std::size_t index, const Buffer& b, GapChoice choice, std::size_t& work) {
+    auto [l, r] = steps_[index];
     ++stamp_;
     found_.clear();
-    auto take = [&](const std::vector<std::uint32_t>& list) {
-      work += list.size();
-      for (std::uint32_t i : list) {
-        if (item_stamp_[i] == stamp_) continue;
-        item_stamp_[i] = stamp_;
-        found_.emplace_back(offset_[i], end_addr_[i]);
-      }
+    auto take = [&](const RangeUnion& list) {
+      work += 1 + list.ranges().size();
+      found_.insert(found_.end(), list.ranges().begin(), list.ranges().end());
     };
     // Buffers overlapping a canonical node's range overlap the query: its touching list. Those
     // stored at an ancestor cover the whole ancestor, hence the query too: covering lists.
@@ -149,28 +193,25 @@ class TimeTree {
     return finder.result();
   }
 
-  void insert(std::size_t index, const Buffer& b, std::size_t offset, std::size_t end_addr) {
-    offset_[index] = offset;
-    end_addr_[index] = end_addr;
-    auto [l, r] = steps_of(b);
+  void insert(std::size_t index, const Buffer&, std::size_t offset, std::size_t end_addr,
+              std::size_t& work) {
+    auto [l, r] = steps_[index];
     ++stamp_;
-    const auto item = static_cast<std::uint32_t>(index);
     for_each_canonical(l, r, [&](std::size_t node) {
-      covering_[node].push_back(item);
+      covering_[node].insert(offset, end_addr);
+      ++work;
       for (std::size_t a = node; a >= 1 && node_stamp_[a] != stamp_; a /= 2) {
         node_stamp_[a] = stamp_;
-        touching_[a].push_back(item);
+        touching_[a].insert(offset, end_addr);
+        ++work;
       }
     });
   }
 
  private:
-  std::pair<std::size_t, std::size_t> steps_of(const Buffer& b) const {
-    auto index = [&](Time t) {
-      return static_cast<std::size_t>(std::lower_bound(times_.begin(), times_.end(), t) -
+  std::uint32_t step_index(Time t) const {
+    return static_cast<std::uint32_t>(std::lower_bound(times_.begin(), times_.end(), t) -
                                       times_.begin());
-    };
-    return {index(b.start), index(b.end)};
   }
 
   /// The O(log m) nodes whose ranges partition the steps [l, r).
@@ -185,10 +226,10 @@ class TimeTree {
   const std::vector<Buffer>& bufs_;
   std::vector<Time> times_;
   std::size_t leaves_ = 1;
-  std::vector<std::vector<std::uint32_t>> covering_, touching_;
-  std::vector<std::uint64_t> node_stamp_, item_stamp_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> steps_;  // [first, last) step per buffer
+  std::vector<RangeUnion> covering_, touching_;
+  std::vector<std::uint64_t> node_stamp_;
   std::uint64_t stamp_ = 0;
-  std::vector<std::size_t> offset_, end_addr_;
   std::vector<std::pair<std::size_t, std::size_t>> found_;
 };
 
@@ -217,6 +258,7 @@ template <typename Index>
 Plan place_with(Index& placed, const Problem& problem, std::span<const std::size_t> order,
                 GapChoice choice, std::size_t& work) {
   const auto& bufs = problem.buffers;
+  placed.reset();
   Plan plan;
   plan.offsets.assign(bufs.size(), kNone);
   std::vector<bool> seen(bufs.size(), false);
@@ -225,10 +267,10 @@ Plan place_with(Index& placed, const Problem& problem, std::span<const std::size
       throw InvalidInput("placement order is not a permutation of the buffers");
     seen[idx] = true;
     const Buffer& b = bufs[idx];
-    std::size_t offset = placed.find(b, choice, work);
+    std::size_t offset = placed.find(idx, b, choice, work);
     std::size_t end_addr;
     if (__builtin_add_overflow(offset, b.size, &end_addr)) throw_offset_overflow(b);
-    placed.insert(idx, b, offset, end_addr);
+    placed.insert(idx, b, offset, end_addr, work);
     plan.offsets[idx] = offset;
     plan.arena_size = std::max(plan.arena_size, end_addr);
   }
@@ -240,10 +282,38 @@ Plan place_with(Index& placed, const Problem& problem, std::span<const std::size
 bool prefer_time_tree(const Problem& problem) {
   const double n = static_cast<double>(problem.buffers.size());
   if (n < 256) return false;
-  // The scan looks at n/2 buffers per placement on average; the tree at about k/2 overlapping
-  // ones, each costing a sort step and some bookkeeping (measured: about 8x a scan step).
+  // The scan looks at n/2 buffers per placement on average; the tree at most at the k
+  // overlapping ones, each costing a sort step and some bookkeeping (measured: about 8x a scan
+  // step), usually far fewer since packed neighbours merge into one range. Past 20,000 buffers
+  // the scan's n^2 dominates unless nearly everything overlaps.
   const double k = average_overlap(problem.buffers);
+  if (n >= 20'000 && 8 * k < n) return true;
   return 8 * k * std::max(1.0, std::log2(k + 1)) < n;
+}
+
+struct Placer::Index {
+  std::optional<TimeTree> tree;
+  std::optional<OffsetOrderedSet> set;
+};
+
+Placer::Placer(const Problem& problem, PlacementIndex index)
+    : problem_(problem), index_(std::make_unique<Index>()) {
+  if (index == PlacementIndex::kAuto)
+    index = prefer_time_tree(problem) ? PlacementIndex::kTimeTree : PlacementIndex::kScan;
+  if (index == PlacementIndex::kTimeTree)
+    index_->tree.emplace(problem);
+  else
+    index_->set.emplace(problem.buffers.size());
+}
+
+Placer::~Placer() = default;
+
+Plan Placer::place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work) {
+  if (order.size() != problem_.buffers.size())
+    throw InvalidInput("placement order has " + std::to_string(order.size()) + " entries for " +
+                       std::to_string(problem_.buffers.size()) + " buffers");
+  if (index_->tree) return place_with(*index_->tree, problem_, order, choice, work);
+  return place_with(*index_->set, problem_, order, choice, work);
 }
 
 Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,
@@ -251,14 +321,8 @@ Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t>
   if (order.size() != problem.buffers.size())
     throw InvalidInput("placement order has " + std::to_string(order.size()) + " entries for " +
                        std::to_string(problem.buffers.size()) + " buffers");
-  if (index == PlacementIndex::kAuto)
-    index = prefer_time_tree(problem) ? PlacementIndex::kTimeTree : PlacementIndex::kScan;
-  if (index == PlacementIndex::kTimeTree) {
-    TimeTree tree(problem);
-    return place_with(tree, problem, order, choice, work);
-  }
-  OffsetOrderedSet set(problem.buffers.size());
-  return place_with(set, problem, order, choice, work);
+  Placer placer(problem, index);
+  return placer.place(order, choice, work);
 }
 
 }  // namespace modelmem::plan::detail

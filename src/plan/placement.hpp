@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 
 #include "modelmem/plan/heuristics.hpp"
@@ -20,6 +21,22 @@ bool prefer_time_tree(const Problem& problem);
 Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,
                             GapChoice choice, std::size_t& work,
                             PlacementIndex index = PlacementIndex::kAuto);
+
+/// place_in_order_counted for many orders of one problem: the index (and its memory) is built
+/// once and reused by every place() call. Not thread-safe; one per thread.
+class Placer {
+ public:
+  explicit Placer(const Problem& problem, PlacementIndex index = PlacementIndex::kAuto);
+  ~Placer();
+  Placer(const Placer&) = delete;
+  Placer& operator=(const Placer&) = delete;
+  Plan place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work);
+
+ private:
+  struct Index;
+  const Problem& problem_;
+  std::unique_ptr<Index> index_;
+};
 
 /// Heap simulation: buffers allocated when they start and freed when they end, in schedule
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving
