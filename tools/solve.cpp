@@ -28,6 +28,7 @@ struct SolveArgs {
   std::string solver = "best";
   std::string capacity;
   double time_limit = 10;
+  unsigned threads = 1;
   std::string output;
 };
 
@@ -138,10 +139,12 @@ int run_solve(const SolveArgs& args) {
 
   std::optional<plan::SolveResult> best;
   std::string best_row;  // the table row it came from (`best` may report the solver inside it)
+  std::size_t strongest_bound = lb;
   for (const std::string& name : names) {
     auto solver = plan::make_solver(name);
     plan::SolveOptions options;
     options.time_limit = std::chrono::duration<double>(args.time_limit);
+    options.threads = args.threads;
     Progress progress(name, lb);
     options.progress = [&progress](std::size_t arena, double elapsed) { progress(arena, elapsed); };
     std::fflush(stdout);
@@ -157,11 +160,17 @@ int run_solve(const SolveArgs& args) {
     std::string proven = r.proven_optimal ? "yes" : r.proven_infeasible ? "no fit" : "no";
     fmt::print("{:<16} {:>14} {:>8} {:>7} {:>10.3f}  {}\n", name, arena, ratio, proven, r.seconds,
                r.note);
+    strongest_bound = std::max(strongest_bound, r.lower_bound);
     if (r.plan && (!best || r.plan->arena_size < best->plan->arena_size)) {
       best = std::move(r);
       best_row = name;
     }
   }
+  if (strongest_bound > lb)
+    fmt::print(
+        "\nproven lower bound {} ({:.4f} x the peak-live bound {}){}\n", strongest_bound,
+        double(strongest_bound) / double(lb), lb,
+        best && best->plan->arena_size == strongest_bound ? ": the best plan is optimal" : "");
   std::fflush(stdout);
   if (!best) {
     std::fprintf(stderr, "modelmem solve: no plan found%s\n",
@@ -190,6 +199,10 @@ void setup_solve(CLI::App& app, int& exit_code) {
   cmd->add_option("--capacity", args.capacity, "arena limit in bytes; exit code 1 if no plan fits");
   cmd->add_option("--time-limit", args.time_limit, "seconds for each searching solver")
       ->capture_default_str();
+  cmd->add_option("--threads", args.threads,
+                  "threads for the large-instance phase of best (problems over 5,000 buffers)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
   cmd->add_option("--output,-o", args.output, "write the best plan to PLAN.csv or PLAN.json");
   std::string names;
   for (const auto& n : plan::solver_names()) names += (names.empty() ? "" : ", ") + n;

@@ -1,8 +1,14 @@
 // The default solver: every heuristic of the registry (cheap, milliseconds), then the exact
-// search seeded with the best heuristic plan for the rest of the time limit.
+// search seeded with the best heuristic plan for the rest of the time limit. Problems of more
+// than kLargeProblem buffers take the large-instance phase instead (plan/large.hpp): the exact
+// decomposition, every part planned on its own on the threads given, the exact search on the
+// parts that set the arena, and a lower bound from a relaxation solved exactly.
 #include <chrono>
+#include <cstdio>
 
 #include "modelmem/plan/exact.hpp"
+#include "plan/large.hpp"
+#include "plan/placement.hpp"
 
 namespace modelmem::plan {
 namespace {
@@ -13,12 +19,29 @@ bool is_heuristic(const std::string& name) {
   return name != "exact" && name != "best";
 }
 
+// Past this many buffers the exact search over the whole problem costs more memory and time
+// than it can use (it lists every pair of buffers live together); the parts get it instead.
+constexpr std::size_t kLargeProblem = 5000;
+
+std::string percent(std::size_t a, std::size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", b ? (double(a) / double(b) - 1) * 100.0 : 0.0);
+  return buf;
+}
+
+std::string fmt_ratio(std::size_t a, std::size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", b ? double(a) / double(b) : 0.0);
+  return buf;
+}
+
 class BestSolver final : public Solver {
  public:
   std::string name() const override { return "best"; }
 
   SolveResult solve(const Problem& problem, const SolveOptions& options) const override {
     check_problem(problem);
+    if (problem.buffers.size() > kLargeProblem) return solve_large(problem, options);
     const auto started = Clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
 
@@ -68,6 +91,94 @@ class BestSolver final : public Solver {
       if (result.plan && seed && !problem.capacity && seed->arena_size <= result.plan->arena_size)
         result.solver = seed_name;  // the search kept the seed: credit the heuristic
     }
+    result.seconds = elapsed();
+    return result;
+  }
+
+ private:
+  SolveResult solve_large(const Problem& problem, const SolveOptions& options) const {
+    const auto started = Clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
+    const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::min(
+                                        options.time_limit, std::chrono::duration<double>(1e7)));
+    const unsigned threads = std::max(options.threads, 1u);
+    Problem open = problem;
+    open.capacity.reset();
+
+    // 1. Every heuristic on the whole problem, side by side, the slowest first; ties go to the
+    // registry's order. Orderings after each one's first are tried in the first 40% of the time.
+    const std::vector<std::string>& names = detail::heuristic_names();
+    std::vector<std::optional<Plan>> plans(names.size());
+    const auto first_phase =
+        started + std::chrono::duration_cast<Clock::duration>(
+                      std::min(options.time_limit, std::chrono::duration<double>(1e7)) * 0.4);
+    // naive, greedy-size, greedy-breadth, best-fit, run as greedy-breadth, greedy-size,
+    // best-fit, naive (any order gives the same plans).
+    const std::size_t slowest_first[] = {2, 1, 3, 0};
+    detail::parallel_for(names.size(), threads, [&](std::size_t t) {
+      const std::size_t i = slowest_first[t % 4];
+      plans[i] = detail::heuristic_plan(names[i], open, first_phase);
+    });
+    std::optional<Plan> best;
+    std::string best_name;
+    if (options.initial && options.initial->offsets.size() == problem.buffers.size() &&
+        validate(open, *options.initial)) {
+      best = options.initial;
+      best_name = "initial";
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (plans[i] && (!best || plans[i]->arena_size < best->arena_size)) {
+        best = std::move(plans[i]);
+        best_name = names[i];
+      }
+    }
+    const double heuristic_seconds = elapsed();
+    const std::size_t peak_bound = lower_bound(problem);
+    std::size_t bound = peak_bound;
+    std::string note;
+
+    // 2. The parts: planned when the heuristics' cost (times three: the parts also get the
+    // local search) fits in the time left; the exact search on the critical ones after that.
+    if (best->arena_size > bound) {
+      detail::Decomposition parts = detail::decompose(problem);
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (3 * heuristic_seconds / threads < left) {
+        if (auto large = detail::plan_by_parts(problem, parts, deadline, threads)) {
+          bound = std::max(bound, large->lower_bound);
+          note = std::to_string(large->leaves) + " parts, " + std::to_string(large->searched) +
+                 " searched";
+          if (large->plan.arena_size < best->arena_size) {
+            best = std::move(large->plan);
+            best_name = "best";
+          }
+        }
+      }
+    }
+    // 3. A relaxation near the peak solved exactly, with what time is left (at most a tenth).
+    if (best->arena_size > bound) {
+      auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                         options.time_limit / 10));
+      bound = std::max(bound, detail::window_lower_bound(problem, until));
+    }
+
+    SolveResult result;
+    result.lower_bound = std::min(bound, best->arena_size);
+    result.proven_optimal = best->arena_size <= bound;
+    result.solver = best_name;
+    if (bound > peak_bound)
+      note += std::string(note.empty() ? "" : "; ") + "lower bound " + std::to_string(bound) +
+              " (" + fmt_ratio(bound, peak_bound) + " x the peak-live bound)";
+    if (!result.proven_optimal)
+      note += std::string(note.empty() ? "" : "; ") + "gap " +
+              percent(best->arena_size, result.lower_bound);
+    if (problem.capacity && best->arena_size > *problem.capacity) {
+      result.proven_infeasible = bound > *problem.capacity;
+      note = "arena " + std::to_string(best->arena_size) + " exceeds the capacity " +
+             std::to_string(*problem.capacity) + (note.empty() ? "" : "; " + note);
+    } else {
+      result.plan = std::move(best);
+    }
+    result.note = note;
     result.seconds = elapsed();
     return result;
   }

@@ -17,6 +17,8 @@ namespace modelmem::plan {
 namespace {
 
 using Order = std::vector<std::size_t>;
+using Clock = std::chrono::steady_clock;
+constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
 // About 0.1 s of scanning on a slow core; the first ordering always runs whatever its cost.
 constexpr std::size_t kWorkBudget = 60'000'000;
@@ -39,7 +41,8 @@ struct Placement {
 };
 
 /// Runs place_in_order for each (order, choice) until the work budget is spent; keeps the best.
-Placement best_placement(const Problem& problem, std::vector<Order> orders) {
+Placement best_placement(const Problem& problem, std::vector<Order> orders,
+                         Clock::time_point deadline = kNoDeadline) {
   Placement best;
   bool have = false;
   std::size_t work = 0;
@@ -52,8 +55,9 @@ Placement best_placement(const Problem& problem, std::vector<Order> orders) {
         best = {std::move(plan), order, choice};
         have = true;
       }
-      // Stop when the next run would probably cross the budget.
+      // Stop when the next run would probably cross the budget (or the caller's deadline).
       if (work + (work - before) > kWorkBudget) return best;
+      if (deadline != kNoDeadline && Clock::now() >= deadline) return best;
     }
   }
   return best;
@@ -97,8 +101,11 @@ std::vector<Order> greedy_size_orders(const Problem& problem) {
   return orders;
 }
 
+Plan greedy_size_plan(const Problem& problem, Clock::time_point deadline) {
+  return best_placement(problem, greedy_size_orders(problem), deadline).plan;
+}
 Plan greedy_size_plan(const Problem& problem) {
-  return best_placement(problem, greedy_size_orders(problem)).plan;
+  return greedy_size_plan(problem, kNoDeadline);
 }
 
 // Greedy by breadth (Pisarchyk and Lee, 2020): visit the schedule's steps from the largest live
@@ -168,11 +175,14 @@ std::vector<Order> greedy_breadth_orders(const Problem& problem) {
   return orders;
 }
 
+Plan greedy_breadth_plan(const Problem& problem, Clock::time_point deadline) {
+  return best_placement(problem, greedy_breadth_orders(problem), deadline).plan;
+}
 Plan greedy_breadth_plan(const Problem& problem) {
-  return best_placement(problem, greedy_breadth_orders(problem)).plan;
+  return greedy_breadth_plan(problem, kNoDeadline);
 }
 
-Plan best_fit_plan(const Problem& problem) {
+Plan best_fit_plan(const Problem& problem, Clock::time_point deadline) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   auto ranks_of = [&](auto less) {
@@ -197,16 +207,21 @@ Plan best_fit_plan(const Problem& problem) {
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
       Plan plan = detail::simulate_heap(problem, rank, choice);
       if (!best || plan.arena_size < best->arena_size) best = std::move(plan);
+      if (deadline != kNoDeadline && Clock::now() >= deadline) return *best;
     }
   }
   return best ? *best : Plan{};
+}
+Plan best_fit_plan(const Problem& problem) {
+  return best_fit_plan(problem, kNoDeadline);
 }
 
 // Local search over the placement order: a buffer that reaches the top of the arena is moved
 // to a random earlier position, so it is placed before the buffers that pushed it up; the move
 // is kept when the arena does not grow (sideways moves let the search cross plateaus). The
 // random source has a fixed seed: the same problem always gives the same plan.
-void improve_by_reordering(const Problem& problem, Placement& best, std::size_t budget) {
+void improve_by_reordering(const Problem& problem, Placement& best, std::size_t budget,
+                           Clock::time_point deadline = kNoDeadline) {
   const std::size_t n = problem.buffers.size();
   if (n < 2) return;
   std::mt19937_64 rng(0x5eed);
@@ -218,6 +233,7 @@ void improve_by_reordering(const Problem& problem, Placement& best, std::size_t 
   std::size_t work = 0, stale = 0;
   detail::Placer placer(problem);
   while (work < budget && best.plan.arena_size > lb && stale < patience) {
+    if (deadline != kNoDeadline && Clock::now() >= deadline) return;
     ++stale;
     top.clear();
     for (std::size_t i = 0; i < n; ++i)
@@ -284,22 +300,48 @@ std::unique_ptr<Solver> make_naive_solver() {
   return std::make_unique<HeuristicSolver>("naive", &naive_plan);
 }
 std::unique_ptr<Solver> make_greedy_size_solver() {
-  return std::make_unique<HeuristicSolver>("greedy-size", &greedy_size_plan);
+  return std::make_unique<HeuristicSolver>(
+      "greedy-size", static_cast<Plan (*)(const Problem&)>(&greedy_size_plan));
 }
 std::unique_ptr<Solver> make_greedy_breadth_solver() {
-  return std::make_unique<HeuristicSolver>("greedy-breadth", &greedy_breadth_plan);
+  return std::make_unique<HeuristicSolver>(
+      "greedy-breadth", static_cast<Plan (*)(const Problem&)>(&greedy_breadth_plan));
 }
 std::unique_ptr<Solver> make_best_fit_solver() {
-  return std::make_unique<HeuristicSolver>("best-fit", &best_fit_plan);
+  return std::make_unique<HeuristicSolver>("best-fit",
+                                           static_cast<Plan (*)(const Problem&)>(&best_fit_plan));
 }
 
 Plan best_heuristic_plan(const Problem& problem, std::size_t search_effort) {
-  Placement best = best_placement(problem, greedy_size_orders(problem));
-  Placement breadth = best_placement(problem, greedy_breadth_orders(problem));
+  return detail::best_heuristic_plan_until(problem, search_effort, kNoDeadline);
+}
+
+namespace detail {
+
+Plan best_heuristic_plan_until(const Problem& problem, std::size_t search_effort,
+                               Clock::time_point deadline) {
+  Plan heap = best_fit_plan(problem, deadline);
+  Placement best = best_placement(problem, greedy_size_orders(problem), deadline);
+  Placement breadth = best_placement(problem, greedy_breadth_orders(problem), deadline);
   if (breadth.plan.arena_size < best.plan.arena_size) best = std::move(breadth);
-  improve_by_reordering(problem, best, search_effort);
-  Plan heap = best_fit_plan(problem);
+  improve_by_reordering(problem, best, search_effort, deadline);
   return heap.arena_size < best.plan.arena_size ? heap : best.plan;
 }
+
+Plan heuristic_plan(const std::string& name, const Problem& problem, Clock::time_point deadline) {
+  if (name == "naive") return naive_plan(problem);
+  if (name == "greedy-size") return greedy_size_plan(problem, deadline);
+  if (name == "greedy-breadth") return greedy_breadth_plan(problem, deadline);
+  if (name == "best-fit") return best_fit_plan(problem, deadline);
+  throw InvalidInput("unknown heuristic '" + name + "'");
+}
+
+const std::vector<std::string>& heuristic_names() {
+  static const std::vector<std::string> names = {"naive", "greedy-size", "greedy-breadth",
+                                                 "best-fit"};
+  return names;
+}
+
+}  // namespace detail
 
 }  // namespace modelmem::plan

@@ -287,8 +287,21 @@ bool prefer_time_tree(const Problem& problem) {
   // step), usually far fewer since packed neighbours merge into one range. Past 20,000 buffers
   // the scan's n^2 dominates unless nearly everything overlaps.
   const double k = average_overlap(problem.buffers);
-  if (n >= 20'000 && 8 * k < n) return true;
-  return 8 * k * std::max(1.0, std::log2(k + 1)) < n;
+  if (8 * k * std::max(1.0, std::log2(k + 1)) < n) return true;
+  if (n < 20'000) return false;
+  // Large problems: buffers living over most of the schedule (weights, optimiser state) count
+  // as one packed range each in the tree, and the scan's n^2 / 2 is prohibitive; what decides
+  // is how much the shorter-lived buffers overlap one another.
+  Time t0 = problem.buffers[0].start, t1 = problem.buffers[0].end;
+  for (const Buffer& b : problem.buffers) {
+    t0 = std::min(t0, b.start);
+    t1 = std::max(t1, b.end);
+  }
+  std::vector<Buffer> shorter;
+  for (const Buffer& b : problem.buffers)
+    if (b.end - b.start < (t1 - t0) / 2) shorter.push_back({std::string(), b.size, b.start, b.end});
+  const double k_short = average_overlap(shorter);
+  return 8 * k_short * std::max(1.0, std::log2(k_short + 1)) < n;
 }
 
 struct Placer::Index {

@@ -1,9 +1,12 @@
 // Private helpers shared by the heuristics in src/plan/.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "modelmem/plan/heuristics.hpp"
 
@@ -42,6 +45,16 @@ class Placer {
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving
 /// each buffer's rank). O(n log n) plus the gaps skipped for alignment.
 Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice);
+
+/// The heuristics with a deadline (steady clock): orderings after the first are tried, and the
+/// local search moves made, only before it. No deadline: Clock::time_point::max().
+using Deadline = std::chrono::steady_clock::time_point;
+Plan heuristic_plan(const std::string& name, const Problem& problem, Deadline deadline);
+/// The names heuristic_plan takes, in the registry's order.
+const std::vector<std::string>& heuristic_names();
+/// best_heuristic_plan with a deadline.
+Plan best_heuristic_plan_until(const Problem& problem, std::size_t search_effort,
+                               Deadline deadline);
 
 /// Throws InvalidInput: placing buffer `b` would need an offset beyond 64 bits.
 [[noreturn]] void throw_offset_overflow(const Buffer& b);

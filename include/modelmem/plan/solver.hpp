@@ -21,6 +21,10 @@ struct SolveOptions {
   std::function<void(std::size_t best_arena, double elapsed_seconds)> progress;
   /// An upper bound already known (e.g. from heuristics run earlier); exact search starts there.
   std::optional<Plan> initial;
+  /// Threads `best` may use on large problems (the heuristics side by side, then the parts of
+  /// the decomposition); 0 counts as 1. The plan does not depend on it when no time limit
+  /// cuts a search short: every part is planned the same way whichever thread takes it.
+  unsigned threads = 1;
 };
 
 struct SolveResult {

@@ -1,0 +1,257 @@
+// The large-instance phase of `best`: exact decomposition into parts, the parts planned on
+// several threads, the exact search spent on the parts that set the arena, and a lower bound
+// from a relaxation solved exactly. See large.hpp.
+#include "plan/large.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/plan/exact.hpp"
+#include "modelmem/plan/heuristics.hpp"
+#include "plan/placement.hpp"
+
+namespace modelmem::plan::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Least common multiple of the alignments, or 0 when it passes 2^40 (no sensible base then).
+std::size_t alignment_lcm(const Problem& problem, const std::vector<std::size_t>& members) {
+  std::size_t l = 1;
+  for (std::size_t i : members) {
+    std::size_t a = std::max<std::size_t>(problem.buffers[i].alignment, 1);
+    l = l / std::gcd(l, a) * a;
+    if (l > (std::size_t{1} << 40)) return 0;
+  }
+  return l;
+}
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+  std::size_t r = value % multiple;
+  return r == 0 ? value : checked_add(value, multiple - r, "stacked buffers");
+}
+
+Problem sub_problem(const Problem& problem, const std::vector<std::size_t>& members) {
+  Problem p;
+  p.name = problem.name;
+  p.buffers.reserve(members.size());
+  for (std::size_t i : members) p.buffers.push_back(problem.buffers[i]);
+  return p;
+}
+
+}  // namespace
+
+Decomposition decompose(const Problem& problem, std::size_t max_depth) {
+  struct Group {
+    std::vector<std::size_t> members;
+    std::size_t base = 0, stacked = 0, depth = 0;
+  };
+  Decomposition d;
+  std::vector<Group> todo(1);
+  todo[0].members.resize(problem.buffers.size());
+  std::iota(todo[0].members.begin(), todo[0].members.end(), 0);
+  const auto& bufs = problem.buffers;
+  while (!todo.empty()) {
+    Group g = std::move(todo.back());
+    todo.pop_back();
+    if (g.members.empty()) continue;
+    auto leaf = [&] { d.leaves.push_back({std::move(g.members), g.base, g.stacked}); };
+    if (g.depth >= max_depth || g.members.size() == 1) {
+      leaf();
+      continue;
+    }
+    Time t0 = bufs[g.members[0]].start, t1 = bufs[g.members[0]].end;
+    for (std::size_t i : g.members) {
+      t0 = std::min(t0, bufs[i].start);
+      t1 = std::max(t1, bufs[i].end);
+    }
+    std::vector<std::size_t> spanning, rest;
+    for (std::size_t i : g.members)
+      (bufs[i].start == t0 && bufs[i].end == t1 ? spanning : rest).push_back(i);
+    if (!spanning.empty()) {
+      const std::size_t l = alignment_lcm(problem, rest);
+      if (l == 0) {
+        leaf();
+        continue;
+      }
+      // Larger alignments first: less padding between the stacked buffers.
+      std::stable_sort(spanning.begin(), spanning.end(), [&](std::size_t x, std::size_t y) {
+        return bufs[x].alignment > bufs[y].alignment;
+      });
+      std::size_t top = g.base, bytes = 0;
+      for (std::size_t i : spanning) {
+        top = align_up(top, bufs[i]);
+        d.fixed.emplace_back(i, top);
+        top = checked_add(top, bufs[i].size, "stacked buffers");
+        bytes += bufs[i].size;
+        if (bufs[i].size % l != 0) d.bound_valid = false;
+      }
+      if (!rest.empty())
+        todo.push_back({std::move(rest), round_up(top, l), g.stacked + bytes, g.depth + 1});
+      continue;
+    }
+    // Split where no buffer spans the time point.
+    std::vector<std::size_t> order = g.members;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return bufs[x].start < bufs[y].start; });
+    std::vector<std::vector<std::size_t>> parts;
+    Time reach = t0;
+    for (std::size_t i : order) {
+      if (parts.empty() || bufs[i].start >= reach) parts.emplace_back();
+      parts.back().push_back(i);
+      reach = std::max(reach, bufs[i].end);
+    }
+    if (parts.size() == 1) {
+      leaf();
+      continue;
+    }
+    // Pushed in reverse so that the leaves come out in time order.
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      std::sort(it->begin(), it->end());
+      todo.push_back({std::move(*it), g.base, g.stacked, g.depth + 1});
+    }
+  }
+  return d;
+}
+
+void parallel_for(std::size_t count, unsigned threads,
+                  const std::function<void(std::size_t)>& task) {
+  const std::size_t workers = std::min<std::size_t>(std::max(threads, 1u), count);
+  if (workers <= 1) {
+    for (std::size_t i = 0; i < count; ++i) task(i);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < count;) {
+      try {
+        task(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = count;  // stop handing out tasks
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposition& parts,
+                                         Clock::time_point deadline, unsigned threads,
+                                         std::size_t exact_max) {
+  const std::size_t k = parts.leaves.size();
+  std::vector<Problem> sub(k);
+  std::vector<std::optional<Plan>> plans(k);
+  std::vector<std::size_t> bound(k, 0);
+  // Heuristics first, every leaf (deterministic: the same plans on any number of threads).
+  parallel_for(k, threads, [&](std::size_t i) {
+    if (Clock::now() >= deadline) return;
+    sub[i] = sub_problem(problem, parts.leaves[i].members);
+    bound[i] = lower_bound(sub[i]);
+    plans[i] = best_heuristic_plan_until(sub[i], kDefaultSearchEffort, deadline);
+  });
+  for (const auto& p : plans)
+    if (!p) return std::nullopt;
+
+  auto top_of = [&](std::size_t i) { return parts.leaves[i].base + plans[i]->arena_size; };
+  std::size_t fixed_top = 0;
+  for (auto [i, offset] : parts.fixed)
+    fixed_top = std::max(fixed_top, offset + problem.buffers[i].size);
+  auto arena = [&] {
+    std::size_t a = fixed_top;
+    for (std::size_t i = 0; i < k; ++i) a = std::max(a, top_of(i));
+    return a;
+  };
+
+  LargeResult result;
+  result.leaves = k;
+  // Then the exact search on the leaves that set the arena, while they can still improve and
+  // time remains: each round gives the rest of the time to the critical leaves.
+  std::vector<bool> done(k, false);
+  while (Clock::now() < deadline) {
+    const std::size_t a = arena();
+    std::vector<std::size_t> critical;
+    bool blocked = false;
+    for (std::size_t i = 0; i < k; ++i) {
+      if (top_of(i) != a) continue;
+      if (done[i] || plans[i]->arena_size <= bound[i] || sub[i].buffers.size() > exact_max)
+        blocked = true;
+      else
+        critical.push_back(i);
+    }
+    if (blocked || critical.empty()) break;
+    using Seconds = std::chrono::duration<double>;
+    const double lanes = double(std::min<std::size_t>(std::max(threads, 1u), critical.size()));
+    const Seconds slice = Seconds(deadline - Clock::now()) * lanes / double(critical.size());
+    parallel_for(critical.size(), threads, [&](std::size_t c) {
+      const std::size_t i = critical[c];
+      SolveOptions options;
+      options.time_limit = std::min(slice, Seconds(deadline - Clock::now()));
+      options.initial = plans[i];
+      if (options.time_limit.count() <= 0) return;
+      SolveResult r = make_exact_solver()->solve(sub[i], options);
+      bound[i] = std::max(bound[i], r.lower_bound);
+      if (r.plan && r.plan->arena_size < plans[i]->arena_size) plans[i] = std::move(r.plan);
+      done[i] = true;  // it had its share of the time (or finished)
+    });
+    result.searched += critical.size();
+  }
+
+  result.plan.offsets.assign(problem.buffers.size(), 0);
+  for (auto [i, offset] : parts.fixed) result.plan.offsets[i] = offset;
+  for (std::size_t i = 0; i < k; ++i) {
+    const auto& leaf = parts.leaves[i];
+    for (std::size_t j = 0; j < leaf.members.size(); ++j)
+      result.plan.offsets[leaf.members[j]] =
+          checked_add(leaf.base, plans[i]->offsets[j], "planned offset");
+  }
+  result.plan.arena_size = arena_size_of(problem, result.plan.offsets);
+  result.lower_bound = lower_bound(problem);
+  if (parts.bound_valid)
+    for (std::size_t i = 0; i < k; ++i)
+      result.lower_bound = std::max(result.lower_bound, parts.leaves[i].stacked + bound[i]);
+  return result;
+}
+
+std::size_t window_lower_bound(const Problem& problem, Clock::time_point deadline,
+                               std::size_t max_buffers) {
+  const Peak pk = peak(problem);
+  if (pk.live.empty() || pk.live.size() >= max_buffers || Clock::now() >= deadline) return pk.bytes;
+  // The widest window around the peak step whose buffers number at most max_buffers.
+  auto members_of = [&](Time w) {
+    std::vector<std::size_t> m;
+    for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
+      const Buffer& b = problem.buffers[i];
+      if (b.start <= pk.step + w && b.end > pk.step - w) m.push_back(i);
+      if (m.size() > max_buffers) break;
+    }
+    return m;
+  };
+  std::vector<std::size_t> best = pk.live;
+  for (Time w = 1; w < (Time{1} << 40); w *= 2) {
+    std::vector<std::size_t> m = members_of(w);
+    if (m.size() > max_buffers) break;
+    best = std::move(m);
+    if (best.size() == problem.buffers.size()) break;
+  }
+  if (best.size() == pk.live.size()) return pk.bytes;  // nothing but the peak: no more to prove
+  SolveOptions options;
+  options.time_limit = std::chrono::duration<double>(deadline - Clock::now());
+  if (options.time_limit.count() <= 0) return pk.bytes;
+  SolveResult r = make_exact_solver()->solve(sub_problem(problem, best), options);
+  return std::max(pk.bytes, r.lower_bound);
+}
+
+}  // namespace modelmem::plan::detail

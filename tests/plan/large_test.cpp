@@ -1,0 +1,249 @@
+// The large-instance phase of `best`: decomposition, planning by parts, threads, the window
+// lower bound, and the heuristics' deadlines.
+#include "plan/large.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <stdexcept>
+
+#include "modelmem/plan/exact.hpp"
+#include "modelmem/plan/heuristics.hpp"
+#include "plan/placement.hpp"
+#include "plan/random_problem.hpp"
+
+using namespace modelmem::plan;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Exhaustive search: can every buffer get an aligned offset below `arena` without overlaps?
+bool fits(const Problem& p, std::size_t arena, std::size_t k, std::vector<std::size_t>& off) {
+  if (k == p.buffers.size()) return true;
+  const Buffer& b = p.buffers[k];
+  for (std::size_t o = 0; o + b.size <= arena; o += b.alignment) {
+    bool ok = true;
+    for (std::size_t j = 0; j < k && ok; ++j) {
+      const Buffer& c = p.buffers[j];
+      if (b.overlaps_in_time(c) && o < off[j] + c.size && off[j] < o + b.size) ok = false;
+    }
+    if (!ok) continue;
+    off[k] = o;
+    if (fits(p, arena, k + 1, off)) return true;
+  }
+  return false;
+}
+
+std::size_t brute_force_optimum(const Problem& p) {
+  std::vector<std::size_t> off(p.buffers.size());
+  for (std::size_t arena = lower_bound(p);; ++arena)
+    if (fits(p, arena, 0, off)) return arena;
+}
+
+// A few buffers on a short schedule, some living over all of it, sizes that rarely pack.
+Problem tiny(std::mt19937_64& rng, int max_buffers, bool aligned) {
+  std::uniform_int_distribution<int> count(2, max_buffers), time(0, 6), len(1, 4), size(1, 6),
+      coin(0, 4), align(0, 2);
+  Problem p;
+  int n = count(rng);
+  for (int i = 0; i < n; ++i) {
+    Buffer b;
+    b.id = "b" + std::to_string(i);
+    b.size = static_cast<std::size_t>(size(rng));
+    if (coin(rng) == 0) {
+      b.start = 0;
+      b.end = 10;  // spans the schedule
+    } else {
+      b.start = time(rng);
+      b.end = b.start + len(rng);
+    }
+    if (aligned) b.alignment = std::size_t{1} << align(rng);
+    p.buffers.push_back(b);
+  }
+  return p;
+}
+
+Problem members_of(const Problem& p, const std::vector<std::size_t>& members) {
+  Problem q;
+  for (std::size_t i : members) q.buffers.push_back(p.buffers[i]);
+  return q;
+}
+
+// `parts` independent groups of buffers, one after the other in time, plus a few buffers that
+// live over the whole schedule: decomposes into `parts` leaves of `per_part` buffers.
+Problem stacked_steps(std::size_t parts, std::size_t per_part, std::uint64_t seed) {
+  Problem p;
+  std::mt19937_64 rng(seed);
+  Time t = 1;
+  for (std::size_t k = 0; k < parts; ++k) {
+    RandomProblemShape shape;
+    shape.buffers = per_part;
+    shape.max_size = 4096;
+    Problem step = random_problem(shape, seed + k);
+    Time span = 0;
+    for (Buffer b : step.buffers) {
+      b.id = "s" + std::to_string(k) + "_" + b.id;
+      b.start += t;
+      b.end += t;
+      span = std::max(span, b.end - t);
+      p.buffers.push_back(std::move(b));
+    }
+    t += span + 1;
+  }
+  for (int i = 0; i < 5; ++i)
+    p.buffers.push_back({"weight" + std::to_string(i), 1000 + rng() % 5000, 0, t + 1});
+  return p;
+}
+
+}  // namespace
+
+TEST(Decompose, StacksSpanningBuffersAndSplitsInTime) {
+  Problem p;
+  p.buffers = {{"w", 10, 0, 10}, {"a", 4, 1, 3}, {"b", 4, 2, 4}, {"c", 7, 5, 8}, {"d", 3, 6, 9}};
+  detail::Decomposition d = detail::decompose(p);
+  ASSERT_EQ(d.fixed.size(), 1u);
+  EXPECT_EQ(d.fixed[0], (std::pair<std::size_t, std::size_t>{0, 0}));
+  ASSERT_EQ(d.leaves.size(), 2u);  // {a, b} and {c, d}: no buffer spans time 4-5
+  EXPECT_EQ(d.leaves[0].members, (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(d.leaves[1].members, (std::vector<std::size_t>{3, 4}));
+  for (const auto& leaf : d.leaves) {
+    EXPECT_EQ(leaf.base, 10u);
+    EXPECT_EQ(leaf.stacked, 10u);
+  }
+  EXPECT_TRUE(d.bound_valid);
+}
+
+TEST(Decompose, PadsTheBaseForAlignmentAndSaysWhenTheBoundDoesNotHold) {
+  Problem p;
+  p.buffers = {{"w", 10, 0, 10}, {"a", 8, 1, 3, 8}, {"b", 4, 2, 4}};
+  detail::Decomposition d = detail::decompose(p);
+  ASSERT_EQ(d.leaves.size(), 1u);
+  EXPECT_EQ(d.leaves[0].base, 16u);  // 10 rounded up to a's alignment
+  EXPECT_FALSE(d.bound_valid);       // 10 is not a multiple of 8
+}
+
+// The decomposition loses nothing: the best plan of the parts, put together, is optimal.
+TEST(Decompose, PartsPlannedOptimallyGiveTheOptimum) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = tiny(rng, 6, false);
+    detail::Decomposition d = detail::decompose(p);
+    ASSERT_TRUE(d.bound_valid);
+    std::size_t arena = 0;
+    for (auto [i, offset] : d.fixed) arena = std::max(arena, offset + p.buffers[i].size);
+    for (const auto& leaf : d.leaves)
+      arena = std::max(arena, leaf.base + brute_force_optimum(members_of(p, leaf.members)));
+    ASSERT_EQ(arena, brute_force_optimum(p)) << "trial " << trial;
+  }
+}
+
+TEST(PlanByParts, ValidPlansAndBoundsNoHigherThanTheOptimum) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    Problem p = tiny(rng, 7, trial % 2 == 1);
+    detail::Decomposition d = detail::decompose(p);
+    auto r = detail::plan_by_parts(p, d, Clock::now() + std::chrono::seconds(10), 2);
+    ASSERT_TRUE(r);
+    ASSERT_TRUE(validate(p, r->plan)) << validate(p, r->plan).message;
+    const std::size_t opt = brute_force_optimum(p);
+    ASSERT_LE(r->lower_bound, opt) << "trial " << trial;
+    ASSERT_GE(r->plan.arena_size, opt);
+    ASSERT_GE(r->lower_bound, lower_bound(p));  // never below the peak-live bound
+    if (trial % 2 == 0)  // no alignment: tiny leaves solved exactly give the optimum
+      ASSERT_EQ(r->plan.arena_size, opt) << "trial " << trial;
+  }
+}
+
+TEST(WindowLowerBound, NeverAboveTheOptimumAndSometimesAboveThePeak) {
+  std::mt19937_64 rng(3);
+  int stronger = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    Problem p = tiny(rng, 7, trial % 3 == 0);
+    const std::size_t opt = brute_force_optimum(p);
+    const std::size_t peak_bound = lower_bound(p);
+    for (std::size_t window : {3, 5, 8}) {
+      std::size_t b =
+          detail::window_lower_bound(p, Clock::now() + std::chrono::seconds(10), window);
+      ASSERT_GE(b, peak_bound);
+      ASSERT_LE(b, opt) << "trial " << trial << " window " << window;
+      if (b > peak_bound) ++stronger;
+    }
+  }
+  EXPECT_GT(stronger, 0);  // it does prove more than the peak on some problems
+}
+
+TEST(WindowLowerBound, PastDeadlineGivesThePeakBound) {
+  std::mt19937_64 rng(9);
+  Problem p = tiny(rng, 7, false);
+  EXPECT_EQ(detail::window_lower_bound(p, Clock::now() - std::chrono::seconds(1)), lower_bound(p));
+}
+
+TEST(ParallelFor, RunsEveryTaskOnceAndPassesExceptionsOn) {
+  for (unsigned threads : {1u, 2u, 5u}) {
+    std::vector<std::atomic<int>> seen(100);
+    detail::parallel_for(100, threads, [&](std::size_t i) { ++seen[i]; });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+    EXPECT_THROW(detail::parallel_for(10, threads,
+                                      [](std::size_t i) {
+                                        if (i == 7) throw std::runtime_error("task 7");
+                                      }),
+                 std::runtime_error);
+  }
+}
+
+// Over 5,000 buffers `best` takes the large-instance phase: never worse than any heuristic,
+// the plan valid, the bound a bound, and the same plan on 1, 2 or 3 threads.
+TEST(BestLarge, NeverWorseThanAHeuristicAndTheSameOnAnyThreadCount) {
+  Problem p = stacked_steps(60, 100, 21);  // 6,005 buffers
+  ASSERT_GT(p.buffers.size(), 5000u);
+  std::size_t best_heuristic = SIZE_MAX;
+  for (const char* h : {"naive", "greedy-size", "greedy-breadth", "best-fit"})
+    best_heuristic = std::min(best_heuristic, make_solver(h)->solve(p).plan->arena_size);
+  std::optional<Plan> first;
+  for (unsigned threads : {1u, 2u, 3u}) {
+    SolveOptions o;
+    o.time_limit = std::chrono::seconds(60);
+    o.threads = threads;
+    SolveResult r = make_best_solver()->solve(p, o);
+    ASSERT_TRUE(r.plan);
+    ASSERT_TRUE(validate(p, *r.plan)) << validate(p, *r.plan).message;
+    EXPECT_LE(r.plan->arena_size, best_heuristic);
+    EXPECT_GE(r.lower_bound, lower_bound(p));
+    EXPECT_LE(r.lower_bound, r.plan->arena_size);
+    EXPECT_LT(r.seconds, 60);
+    if (!first)
+      first = r.plan;
+    else
+      EXPECT_EQ(r.plan->offsets, first->offsets) << threads << " threads";
+  }
+}
+
+TEST(BestLarge, StopsOnTimeWithAPlan) {
+  Problem p = stacked_steps(30, 400, 4);  // 12,005 buffers
+  SolveOptions o;
+  o.time_limit = std::chrono::milliseconds(300);
+  o.threads = 2;
+  SolveResult r = make_best_solver()->solve(p, o);
+  ASSERT_TRUE(r.plan);
+  EXPECT_TRUE(validate(p, *r.plan));
+  // The first run of each heuristic is not cut short: allow for it on a loaded machine.
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(HeuristicDeadline, APassedDeadlineStillGivesAValidPlan) {
+  RandomProblemShape shape;
+  shape.buffers = 2000;
+  Problem p = random_problem(shape, 8);
+  const auto past = Clock::now() - std::chrono::seconds(1);
+  for (const std::string& name : detail::heuristic_names()) {
+    Plan plan = detail::heuristic_plan(name, p, past);
+    EXPECT_TRUE(validate(p, plan)) << name;
+  }
+  Plan plan = detail::best_heuristic_plan_until(p, kDefaultSearchEffort, past);
+  EXPECT_TRUE(validate(p, plan));
+  // Without a deadline: what the registry's solvers give.
+  EXPECT_EQ(detail::heuristic_plan("greedy-size", p, Clock::time_point::max()).offsets,
+            make_solver("greedy-size")->solve(p).plan->offsets);
+}
