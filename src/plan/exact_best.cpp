@@ -137,16 +137,16 @@ class BestSolver final : public Solver {
     std::size_t bound = peak_bound;
     std::string note;
 
-    // 2. The parts: planned when the heuristics' cost (times three: the parts also get the
+    // 2. The parts: planned when the heuristics' cost (with a margin: large parts also get the
     // local search) fits in the time left; the exact search on the critical ones after that.
     if (best->arena_size > bound) {
       detail::Decomposition parts = detail::decompose(problem);
       const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-      if (3 * heuristic_seconds / threads < left) {
+      if (1.5 * heuristic_seconds < left) {
         if (auto large = detail::plan_by_parts(problem, parts, deadline, threads)) {
           bound = std::max(bound, large->lower_bound);
-          note = std::to_string(large->leaves) + " parts, " + std::to_string(large->searched) +
-                 " searched";
+          note = std::to_string(large->leaves) + " parts (" + std::to_string(large->distinct) +
+                 " distinct), " + std::to_string(large->searched) + " searched exactly";
           if (large->plan.arena_size < best->arena_size) {
             best = std::move(large->plan);
             best_name = "best";

@@ -4,9 +4,11 @@
 #include "plan/large.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -155,15 +157,52 @@ std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposi
   std::vector<Problem> sub(k);
   std::vector<std::optional<Plan>> plans(k);
   std::vector<std::size_t> bound(k, 0);
-  // Heuristics first, every leaf (deterministic: the same plans on any number of threads).
+  // Leaves with the same buffers (repeated steps) are planned once: rep[i] is the first leaf
+  // equal to leaf i (same sizes, alignments and lifetimes up to a shift in time, same order).
+  std::vector<std::size_t> rep(k);
+  {
+    using Key = std::vector<std::array<std::uint64_t, 4>>;
+    std::map<Key, std::size_t> seen;
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto& members = parts.leaves[i].members;
+      Time t0 = problem.buffers[members[0]].start;
+      for (std::size_t m : members) t0 = std::min(t0, problem.buffers[m].start);
+      Key key;
+      key.reserve(members.size());
+      for (std::size_t m : members) {
+        const Buffer& b = problem.buffers[m];
+        key.push_back({static_cast<std::uint64_t>(b.start - t0),
+                       static_cast<std::uint64_t>(b.end - t0), b.size, b.alignment});
+      }
+      rep[i] = seen.emplace(std::move(key), i).first->second;
+    }
+  }
+  // Heuristics first, every distinct leaf (deterministic: the same plans on any number of
+  // threads): the registry's for leaves the exact search may take next, all of them and the
+  // local search for larger ones.
   parallel_for(k, threads, [&](std::size_t i) {
-    if (Clock::now() >= deadline) return;
+    if (rep[i] != i || Clock::now() >= deadline) return;
     sub[i] = sub_problem(problem, parts.leaves[i].members);
     bound[i] = lower_bound(sub[i]);
-    plans[i] = best_heuristic_plan_until(sub[i], kDefaultSearchEffort, deadline);
+    if (sub[i].buffers.size() > exact_max) {
+      plans[i] = best_heuristic_plan_until(sub[i], kDefaultSearchEffort, deadline);
+      return;
+    }
+    for (const std::string& name : heuristic_names()) {
+      Plan plan = heuristic_plan(name, sub[i], deadline);
+      if (!plans[i] || plan.arena_size < plans[i]->arena_size) plans[i] = std::move(plan);
+    }
   });
-  for (const auto& p : plans)
-    if (!p) return std::nullopt;
+  for (std::size_t i = 0; i < k; ++i)
+    if (!plans[rep[i]]) return std::nullopt;
+  auto share = [&] {  // copies take their representative's plan and bound
+    for (std::size_t i = 0; i < k; ++i) {
+      if (rep[i] == i) continue;
+      plans[i] = plans[rep[i]];
+      bound[i] = bound[rep[i]];
+    }
+  };
+  share();
 
   auto top_of = [&](std::size_t i) { return parts.leaves[i].base + plans[i]->arena_size; };
   std::size_t fixed_top = 0;
@@ -177,24 +216,37 @@ std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposi
 
   LargeResult result;
   result.leaves = k;
+  for (std::size_t i = 0; i < k; ++i) result.distinct += rep[i] == i;
   // Then the exact search on the leaves that set the arena, while they can still improve and
   // time remains: each round gives the rest of the time to the critical leaves.
+  // A leaf is done when the search proved its arena optimal, or failed to improve it in three
+  // slices. Each slice: the time left shared among the distinct leaves that may still have to
+  // come down (above the best lower bound known), the critical ones searched side by side.
   std::vector<bool> done(k, false);
+  std::vector<int> failed(k, 0);
+  auto searchable = [&](std::size_t i) {
+    return !done[i] && plans[i]->arena_size > bound[i] && sub[i].buffers.size() <= exact_max;
+  };
+  std::size_t known_bound = lower_bound(problem);
   while (Clock::now() < deadline) {
     const std::size_t a = arena();
-    std::vector<std::size_t> critical;
+    if (parts.bound_valid)
+      for (std::size_t i = 0; i < k; ++i)
+        known_bound = std::max(known_bound, parts.leaves[i].stacked + bound[i]);
+    std::vector<std::size_t> critical, pending;
     bool blocked = false;
-    for (std::size_t i = 0; i < k; ++i) {
-      if (top_of(i) != a) continue;
-      if (done[i] || plans[i]->arena_size <= bound[i] || sub[i].buffers.size() > exact_max)
-        blocked = true;
-      else
-        critical.push_back(i);
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t i = rep[j];
+      const bool is_new = std::find(pending.begin(), pending.end(), i) == pending.end();
+      if (top_of(j) == a && !searchable(i)) blocked = true;
+      if (!searchable(i) || !is_new) continue;
+      if (top_of(j) > known_bound) pending.push_back(i);
+      if (top_of(j) == a) critical.push_back(i);
     }
     if (blocked || critical.empty()) break;
     using Seconds = std::chrono::duration<double>;
-    const double lanes = double(std::min<std::size_t>(std::max(threads, 1u), critical.size()));
-    const Seconds slice = Seconds(deadline - Clock::now()) * lanes / double(critical.size());
+    const double lanes = double(std::min<std::size_t>(std::max(threads, 1u), pending.size()));
+    const Seconds slice = Seconds(deadline - Clock::now()) * lanes / double(pending.size());
     parallel_for(critical.size(), threads, [&](std::size_t c) {
       const std::size_t i = critical[c];
       SolveOptions options;
@@ -203,10 +255,34 @@ std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposi
       if (options.time_limit.count() <= 0) return;
       SolveResult r = make_exact_solver()->solve(sub[i], options);
       bound[i] = std::max(bound[i], r.lower_bound);
-      if (r.plan && r.plan->arena_size < plans[i]->arena_size) plans[i] = std::move(r.plan);
-      done[i] = true;  // it had its share of the time (or finished)
+      if (r.plan && r.plan->arena_size < plans[i]->arena_size) {
+        plans[i] = std::move(r.plan);
+      } else if (++failed[i] >= 3) {
+        done[i] = true;
+      }
+      if (r.proven_optimal) done[i] = true;
     });
     result.searched += critical.size();
+    share();
+  }
+
+  // A stronger bound for the critical leaves too large for the exact search: their buffers near
+  // the peak, solved exactly (a tenth of what is left each).
+  if (parts.bound_valid) {
+    std::vector<std::size_t> open;
+    const std::size_t a = arena();
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t i = rep[j];
+      if (top_of(j) == a && plans[i]->arena_size > bound[i] && !done[i] &&
+          std::find(open.begin(), open.end(), i) == open.end())
+        open.push_back(i);
+    }
+    parallel_for(open.size(), threads, [&](std::size_t c) {
+      const std::size_t i = open[c];
+      const auto until = Clock::now() + (deadline - Clock::now()) / 10;
+      bound[i] = std::max(bound[i], window_lower_bound(sub[i], until));
+    });
+    share();
   }
 
   result.plan.offsets.assign(problem.buffers.size(), 0);

@@ -51,6 +51,7 @@ struct LargeResult {
   Plan plan;
   std::size_t lower_bound = 0;  ///< peak-live, or what the leaves' searches prove when higher
   std::size_t leaves = 0;
+  std::size_t distinct = 0;  ///< leaves planned (the others repeat one of them)
   std::size_t searched = 0;  ///< leaves handed to the exact search
 };
 

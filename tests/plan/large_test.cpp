@@ -247,3 +247,30 @@ TEST(HeuristicDeadline, APassedDeadlineStillGivesAValidPlan) {
   EXPECT_EQ(detail::heuristic_plan("greedy-size", p, Clock::time_point::max()).offsets,
             make_solver("greedy-size")->solve(p).plan->offsets);
 }
+
+// Repeated steps are planned once and their plan reused: the arena is that of one step.
+TEST(PlanByParts, RepeatedPartsArePlannedOnce) {
+  RandomProblemShape shape;
+  shape.buffers = 300;
+  shape.max_size = 1000;
+  Problem step = random_problem(shape, 17);
+  Time span = 0;
+  for (const Buffer& b : step.buffers) span = std::max(span, b.end);
+  Problem p;
+  for (int k = 0; k < 8; ++k)
+    for (Buffer b : step.buffers) {
+      b.id = std::to_string(k) + "_" + b.id;
+      b.start += k * (span + 1);
+      b.end += k * (span + 1);
+      p.buffers.push_back(std::move(b));
+    }
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  auto one = detail::plan_by_parts(step, detail::decompose(step), deadline, 1);
+  auto all = detail::plan_by_parts(p, detail::decompose(p), deadline, 2);
+  ASSERT_TRUE(one && all);
+  ASSERT_TRUE(validate(p, all->plan)) << validate(p, all->plan).message;
+  EXPECT_EQ(all->leaves, 8 * one->leaves);
+  EXPECT_EQ(all->distinct, one->distinct);
+  EXPECT_EQ(all->plan.arena_size, one->plan.arena_size);
+  EXPECT_EQ(all->lower_bound, one->lower_bound);
+}
