@@ -131,3 +131,21 @@ TEST_F(SolveCli, UsageErrorsExitWithTwo) {
   EXPECT_EQ(run("/nonexistent.csv --solver naive").code, 2);
   EXPECT_EQ(run("").code, 2);  // the file argument is required
 }
+
+TEST_F(SolveCli, ThreadsOptionAndTheProvenLowerBoundLine) {
+  EXPECT_EQ(run(example() + " --solver naive --threads 0").code, 2);
+  EXPECT_EQ(run(example() + " --solver naive --threads two").code, 2);
+  CliRun r = run(example() + " --solver best --threads 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("proven lower bound"), std::string::npos) << r.out;  // at the peak bound
+
+  // Two 3 KiB buffers aligned to 4 KiB and live together need 7 KiB, above the 6 KiB peak.
+  fs::path aligned =
+      write("aligned.csv", "id,lower,upper,size,alignment\na,0,2,3072,4096\nb,1,3,3072,4096\n");
+  r = run(aligned.string() + " --solver exact");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("proven lower bound 7168 (1.1667 x the peak-live bound 6144): the best "
+                       "plan is optimal"),
+            std::string::npos)
+      << r.out;
+}
