@@ -253,6 +253,23 @@ std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposi
       options.time_limit = std::min(slice, Seconds(deadline - Clock::now()));
       options.initial = plans[i];
       if (options.time_limit.count() <= 0) return;
+      // First a decision at the arena that would bring the part down to the best bound known
+      // (much faster than minimising when it holds); then minimisation.
+      const std::size_t base = parts.leaves[i].base;
+      const std::size_t target =
+          std::max(bound[i], known_bound > base ? known_bound - base : std::size_t{0});
+      if (failed[i] == 0 && target < plans[i]->arena_size) {
+        Problem decide = sub[i];
+        decide.capacity = target;
+        SolveResult r = make_exact_solver()->solve(decide, options);
+        if (r.plan) {
+          plans[i] = std::move(r.plan);
+          return;
+        }
+        if (r.proven_infeasible) bound[i] = std::max(bound[i], target + 1);
+        ++failed[i];
+        return;
+      }
       SolveResult r = make_exact_solver()->solve(sub[i], options);
       bound[i] = std::max(bound[i], r.lower_bound);
       if (r.plan && r.plan->arena_size < plans[i]->arena_size) {
