@@ -151,8 +151,9 @@ TEST(PlanByParts, ValidPlansAndBoundsNoHigherThanTheOptimum) {
     ASSERT_LE(r->lower_bound, opt) << "trial " << trial;
     ASSERT_GE(r->plan.arena_size, opt);
     ASSERT_GE(r->lower_bound, lower_bound(p));  // never below the peak-live bound
-    if (trial % 2 == 0)  // no alignment: tiny leaves solved exactly give the optimum
+    if (trial % 2 == 0) {  // no alignment: tiny leaves solved exactly give the optimum
       ASSERT_EQ(r->plan.arena_size, opt) << "trial " << trial;
+    }
   }
 }
 
