@@ -223,14 +223,19 @@ TEST(BestLarge, NeverWorseThanAHeuristicAndTheSameOnAnyThreadCount) {
 
 TEST(BestLarge, StopsOnTimeWithAPlan) {
   Problem p = stacked_steps(30, 400, 4);  // 12,005 buffers
+  // What cannot be cut short: the first ordering of each heuristic (a deadline already passed).
+  auto t0 = Clock::now();
+  for (const std::string& name : detail::heuristic_names())
+    detail::heuristic_plan(name, p, t0 - std::chrono::seconds(1));
+  const double floor = std::chrono::duration<double>(Clock::now() - t0).count();
   SolveOptions o;
   o.time_limit = std::chrono::milliseconds(300);
   o.threads = 2;
   SolveResult r = make_best_solver()->solve(p, o);
   ASSERT_TRUE(r.plan);
   EXPECT_TRUE(validate(p, *r.plan));
-  // The first run of each heuristic is not cut short: allow for it on a loaded machine.
-  EXPECT_LT(r.seconds, 5.0);
+  // The limit, that first ordering of each heuristic (twice, for a loaded machine), a margin.
+  EXPECT_LT(r.seconds, 0.3 + 2 * floor + 1.0) << "uncuttable part " << floor << " s";
 }
 
 TEST(HeuristicDeadline, APassedDeadlineStillGivesAValidPlan) {
