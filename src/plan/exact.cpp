@@ -17,6 +17,8 @@ using detail::Outcome;
 using detail::SearchBudget;
 using Clock = std::chrono::steady_clock;
 
+constexpr std::size_t kMaxExactBuffers = 20'000;
+
 // Groups buffers into parts whose lifetimes chain together: a time point that no buffer spans
 // separates parts that can be planned independently (the arena is the largest of theirs).
 std::vector<std::vector<std::size_t>> split_in_time(const Problem& problem, bool decompose) {
@@ -80,6 +82,17 @@ class ExactSolver final : public Solver {
   SolveResult solve(const Problem& problem, const SolveOptions& options) const override {
     check_problem(problem);
     const auto started = Clock::now();
+    if (problem.buffers.size() > kMaxExactBuffers) {
+      // Its set-up and first descent cost O(n x time sections) per attempt: far past any time
+      // limit at this size. Said, not attempted; `best` decomposes such problems.
+      SolveResult result;
+      result.solver = "exact";
+      result.lower_bound = lower_bound(problem);
+      result.note = "too large for the exact search (" + std::to_string(problem.buffers.size()) +
+                    " buffers, at most " + std::to_string(kMaxExactBuffers) +
+                    "): best plans large problems by parts";
+      return result;
+    }
     Run run(problem, options, options_, started);
     SolveResult result = problem.capacity ? run.decide(*problem.capacity) : run.minimise();
     result.solver = "exact";

@@ -280,3 +280,16 @@ TEST(PlanByParts, RepeatedPartsArePlannedOnce) {
   EXPECT_EQ(all->plan.arena_size, one->plan.arena_size);
   EXPECT_EQ(all->lower_bound, one->lower_bound);
 }
+
+TEST(ExactLarge, SaysItIsTooLargeInsteadOfOverrunning) {
+  Problem p = stacked_steps(70, 300, 6);  // 21,005 buffers
+  SolveOptions o;
+  o.time_limit = std::chrono::seconds(1);
+  auto t0 = Clock::now();
+  SolveResult r = make_exact_solver()->solve(p, o);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+  EXPECT_FALSE(r.plan);
+  EXPECT_NE(r.note.find("too large for the exact search (21005 buffers"), std::string::npos)
+      << r.note;
+  EXPECT_EQ(r.lower_bound, lower_bound(p));
+}

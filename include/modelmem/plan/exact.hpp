@@ -6,8 +6,11 @@
 //   none exists (SolveResult::proven_infeasible). Without a capacity: minimises the arena,
 //   starting from SolveOptions::initial (or its own skyline greedy) and tightening down toward
 //   the lower bound; proven_optimal when the search closes the gap, otherwise the best plan found
-//   and the proven lower bound (SolveResult::lower_bound, note).
-// best: every heuristic of the registry, then exact seeded with the best heuristic plan.
+//   and the proven lower bound (SolveResult::lower_bound, note). Over 20,000 buffers it returns
+//   no plan and says so in the note (its set-up alone would overrun any time limit).
+// best: every heuristic of the registry, then exact seeded with the best heuristic plan; over
+//   5,000 buffers the large-instance phase (docs/planner.md): heuristics side by side, an exact
+//   decomposition into parts, the exact search on the parts that set the arena.
 //
 // Both are stateless objects: solve() may run concurrently on different problems. Worst-case
 // time is exponential; SolveOptions::time_limit bounds it (checked every few thousand nodes).
