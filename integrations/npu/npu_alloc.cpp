@@ -1,0 +1,321 @@
+// libmodelmem_npu_alloc.so: modelmem's strategies behind torch_npu's NPUPluggableAllocator and
+// MindSpore's PluggableAllocator on Ascend NPUs.
+//
+//   torch_npu: NPUPluggableAllocator(path, "modelmem_npu_alloc", "modelmem_npu_free"), with the
+//              optional hooks modelmem_npu_init / modelmem_npu_reset /
+//              modelmem_npu_memory_fraction;
+//   MindSpore: PluggableAllocator(path, "modelmem_ms_alloc", "modelmem_ms_free").
+//
+// One allocator stack per device, built at the device's first allocation from the config
+// string (MODELMEM_ALLOC_CONF, else torch_npu's PYTORCH_NPU_ALLOC_CONF / PYTORCH_ALLOC_CONF
+// translated, see npu_conf.hpp) on the ACL device "npu:N", and published to `modelmem info` as
+// pool MODELMEM_POOL_NAME (default "npu"). A failed allocation returns NULL (the framework raises
+// its own out-of-memory error; modelmem_npu_last_error() says why); nothing here aborts or lets
+// an exception out. The stacks are never destroyed: at interpreter exit the runtime may already
+// be finalised, and the driver reclaims everything anyway.
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/device/acl.hpp"
+#include "modelmem/monitor/publisher.hpp"
+#include "npu_conf.hpp"
+
+#define MODELMEM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using namespace modelmem;
+
+constexpr int kMaxDevices = 64;
+
+struct Slot {
+  std::once_flag once;
+  std::shared_ptr<alloc::Allocator> allocator;  // set once by build_slot, then read-only
+  std::atomic<bool> built{false};
+  std::string error;
+  monitor::PoolRegistration registration;
+  std::atomic<double> fraction{0.0};  // set_memory_fraction before the first allocation; 0 = none
+};
+
+Slot* slots() {
+  static Slot* s = new Slot[kMaxDevices];  // never destroyed, see above
+  return s;
+}
+
+thread_local std::string last_error;
+
+bool verbose() {
+  const char* v = std::getenv("MODELMEM_VERBOSE");
+  return v != nullptr && *v == '1';
+}
+
+std::string setting(const config::Built& b, const std::string& key) {
+  for (const auto& [k, v] : b.settings)
+    if (k == key) return v;
+  return "";
+}
+
+std::string trim_double(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", d);
+  return buf;
+}
+
+void build_slot(Slot& s, int index) {
+  try {
+    npu::ConfText conf = npu::conf_from_env();
+    config::Config config = config::parse_config(conf.text);
+    if (double f = s.fraction.load(); f > 0.0)
+      config.values["per_process_memory_fraction"] = trim_double(f);
+    config::Built b = config::build(config, device::make_acl_device(index));
+    s.allocator = b.allocator;
+    monitor::PoolInfo info;
+    const char* name = std::getenv("MODELMEM_POOL_NAME");
+    info.name = name != nullptr && *name ? name : "npu";
+    info.device = "npu:" + std::to_string(index);
+    const std::string strategy = setting(b, "strategy");
+    info.strategy = strategy == "caching" && setting(b, "expandable_segments") == "True"
+                        ? "expandable"
+                        : strategy;
+    if (config.has("static_pool_mb")) info.budget = config.get_size_mb("static_pool_mb");
+    s.registration = monitor::publish(s.allocator, info);
+    if (verbose())
+      std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index, conf.source.c_str(),
+                   s.allocator->describe().c_str());
+    s.built.store(true, std::memory_order_release);
+  } catch (const std::exception& e) {
+    s.error = e.what();
+    std::fprintf(stderr, "modelmem: cannot build the allocator for npu:%d: %s\n", index, e.what());
+  }
+}
+
+// The stack of `device`, built on first use; null with last_error set when there is none.
+alloc::Allocator* allocator_for(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    last_error = "device index " + std::to_string(device) + " out of range";
+    return nullptr;
+  }
+  Slot& s = slots()[device];
+  try {
+    std::call_once(s.once, [&] { build_slot(s, device); });
+  } catch (const std::exception& e) {  // call_once itself (no threads): nothing was built
+    last_error = e.what();
+    return nullptr;
+  }
+  if (!s.allocator) {
+    last_error = "no allocator for npu:" + std::to_string(device) + ": " + s.error;
+    return nullptr;
+  }
+  return s.allocator.get();
+}
+
+// The stack of `device` when it was built already (hooks must not build one).
+alloc::Allocator* built(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  Slot& s = slots()[device];
+  return s.built.load(std::memory_order_acquire) ? s.allocator.get() : nullptr;
+}
+
+void* allocate_on(int device, std::size_t size, void* stream) {
+  if (size == 0) {
+    last_error = "allocation of 0 bytes";
+    return nullptr;
+  }
+  alloc::Allocator* a = allocator_for(device);
+  if (a == nullptr) return nullptr;
+  try {
+    return a->allocate(size, reinterpret_cast<alloc::Stream>(stream));
+  } catch (const std::exception& e) {
+    last_error =
+        std::string(dynamic_cast<const OutOfMemory*>(&e) ? "NPU out of memory: " : "") + e.what();
+    if (verbose()) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+// ---- torch_npu: NPUPluggableAllocator ----
+
+/// The alloc function: `size` bytes on NPU `device` for use on `stream` (an aclrtStream).
+/// NULL when it cannot be had; modelmem_npu_last_error() says why.
+MODELMEM_EXPORT void* modelmem_npu_alloc(size_t size, int device, void* stream) {
+  return allocate_on(device, size, stream);
+}
+
+/// The free function; size, device and stream are those of the allocation. Never fails
+/// loudly (it runs inside destructors): a pointer that is not modelmem's is reported on stderr.
+MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, void* /*stream*/) {
+  if (ptr == nullptr) return;
+  alloc::Allocator* a = built(device);
+  try {
+    if (a == nullptr) throw InvalidInput("no allocator was built for this device");
+    a->deallocate(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelmem: free of %p on npu:%d failed: %s\n", ptr, device, e.what());
+  }
+}
+
+/// set_init_fn: called with the number of devices when torch_npu initialises the allocator.
+/// Checks the configuration and the runtime early (a problem is reported once, on stderr);
+/// stacks are still built at each device's first allocation.
+MODELMEM_EXPORT void modelmem_npu_init(int device_count) {
+  try {
+    config::parse_config(npu::conf_from_env().text);
+    device::AclAvailability a = device::acl_availability();
+    if (!a.available)
+      std::fprintf(stderr, "modelmem: %s\n", a.reason.c_str());
+    else if (device_count > a.device_count)
+      std::fprintf(stderr, "modelmem: the framework expects %d NPUs, the runtime has %d\n",
+                   device_count, a.device_count);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelmem: %s\n", e.what());
+  }
+}
+
+/// set_reset_fn (torch.npu.empty_cache()): returns every device's cached memory to the device.
+MODELMEM_EXPORT void modelmem_npu_reset(bool /*check_error*/) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (alloc::Allocator* a = built(d)) {
+      try {
+        a->trim();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "modelmem: empty_cache on npu:%d: %s\n", d, e.what());
+      }
+    }
+  }
+}
+
+/// set_memory_fraction_fn (torch.npu.set_per_process_memory_fraction): caps the device's stack
+/// at `fraction` of its HBM. Applies to a stack built afterwards, i.e. when called before the
+/// device's first allocation; later it is refused with a message (the stack is already sized).
+MODELMEM_EXPORT void modelmem_npu_memory_fraction(double fraction, int device) {
+  if (!(fraction > 0.0 && fraction <= 1.0) || device < 0 || device >= kMaxDevices) {
+    std::fprintf(stderr, "modelmem: set_memory_fraction(%g, %d): fraction must be in (0, 1]\n",
+                 fraction, device);
+    return;
+  }
+  Slot& s = slots()[device];
+  if (s.built.load(std::memory_order_acquire)) {
+    std::fprintf(stderr,
+                 "modelmem: set_memory_fraction(%g) on npu:%d after its first allocation is not "
+                 "applied; call it before, or set per_process_memory_fraction in "
+                 "MODELMEM_ALLOC_CONF\n",
+                 fraction, device);
+    return;
+  }
+  s.fraction.store(fraction);
+}
+
+// ---- MindSpore: PluggableAllocator (no device argument: the thread's current device) ----
+
+MODELMEM_EXPORT void* modelmem_ms_alloc(size_t size, void* stream) {
+  const int device = device::acl_current_device();
+  if (device < 0) {
+    last_error = "no NPU is current on this thread (aclrtSetDevice was not called)";
+    return nullptr;
+  }
+  return allocate_on(device, size, stream);
+}
+
+MODELMEM_EXPORT void modelmem_ms_free(void* ptr, size_t /*size*/, void* /*stream*/) {
+  if (ptr == nullptr) return;
+  // The current device's stack first; a block freed on another thread may be another device's.
+  const int current = device::acl_current_device();
+  std::string why = "no allocator holds it";
+  for (int i = -1; i < kMaxDevices; ++i) {
+    const int d = i < 0 ? current : i;
+    if (d < 0 || (i >= 0 && d == current)) continue;
+    alloc::Allocator* a = built(d);
+    if (a == nullptr) continue;
+    try {
+      a->deallocate(ptr);
+      return;
+    } catch (const InvalidInput& e) {
+      why = e.what();  // not this device's block: try the next
+    } catch (const std::exception& e) {
+      why = e.what();
+      break;
+    }
+  }
+  std::fprintf(stderr, "modelmem: free of %p failed: %s\n", ptr, why.c_str());
+}
+
+// ---- step marks, statistics, maintenance ----
+
+/// Marks the start and end of one step (an inference or a training iteration) on a device, for
+/// strategy:planned with planned_steps:marked; other strategies pass them to listeners only.
+MODELMEM_EXPORT void modelmem_npu_begin_step(int device) {
+  if (alloc::Allocator* a = allocator_for(device)) a->begin_step();
+}
+MODELMEM_EXPORT void modelmem_npu_end_step(int device) {
+  if (alloc::Allocator* a = allocator_for(device)) a->end_step();
+}
+
+/// Fills up to n of [reserved, allocated, peak reserved, peak allocated, device allocations,
+/// OOMs] and returns how many it filled, or -1 when the device has no allocator.
+MODELMEM_EXPORT int modelmem_npu_stats(int device, unsigned long long* out, int n) {
+  alloc::Allocator* a = built(device);
+  if (a == nullptr || out == nullptr) return -1;
+  try {
+    alloc::Stats st = a->stats();
+    const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
+                                st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
+                                st.num_device_alloc,           st.num_ooms};
+    int k = 0;
+    for (; k < n && k < static_cast<int>(std::size(values)); ++k)
+      out[k] = static_cast<unsigned long long>(values[k] < 0 ? 0 : values[k]);
+    return k;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+MODELMEM_EXPORT void modelmem_npu_reset_peak(int device) {
+  if (alloc::Allocator* a = built(device)) a->reset_peak();
+}
+
+/// Returns one device's cached memory to it.
+MODELMEM_EXPORT void modelmem_npu_trim(int device) {
+  if (alloc::Allocator* a = built(device)) {
+    try {
+      a->trim();
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
+}
+
+/// The stack's one-line description, or "error: ..." when it cannot be built. Valid until the
+/// next call from the same thread.
+MODELMEM_EXPORT const char* modelmem_npu_describe(int device) {
+  thread_local std::string text;
+  alloc::Allocator* a = allocator_for(device);
+  text = a != nullptr ? a->describe() : "error: " + last_error;
+  return text.c_str();
+}
+
+/// The fallback warning of the device's stack (e.g. expandable segments unsupported), "" if none.
+MODELMEM_EXPORT const char* modelmem_npu_warning(int device) {
+  thread_local std::string text;
+  text.clear();
+  if (alloc::Allocator* a = built(device)) {
+    alloc::Stats st = a->stats();
+    if (!st.warnings.empty()) text = st.warnings.front();
+  }
+  return text.c_str();
+}
+
+/// Why the calling thread's last failed call failed ("" when none did).
+MODELMEM_EXPORT const char* modelmem_npu_last_error() {
+  return last_error.c_str();
+}
