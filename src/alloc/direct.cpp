@@ -31,7 +31,21 @@ DirectAllocator::~DirectAllocator() {
 
 void* DirectAllocator::allocate(std::size_t size, Stream stream) {
   if (size == 0) throw InvalidInput("direct allocator: allocation of 0 bytes");
-  void* p = impl_->device->allocate(size);
+  void* p = nullptr;
+  try {
+    p = impl_->device->allocate(size);
+  } catch (const OutOfMemory& e) {
+    // The device knows its free memory; the numbers of this allocator are added here.
+    OomInfo info = e.info();
+    {
+      std::lock_guard lock(impl_->mutex);
+      ++impl_->stats.num_ooms;
+      info.reserved = static_cast<std::size_t>(impl_->stats.reserved_bytes.all.current);
+      info.allocated = static_cast<std::size_t>(impl_->stats.allocated_bytes.all.current);
+    }
+    info.where = "direct allocator on " + impl_->device->name();
+    throw OutOfMemory(info);
+  }
   {
     std::lock_guard lock(impl_->mutex);
     try {

@@ -106,8 +106,14 @@ std::string check_solver(const std::string& key, std::string_view v) {
 }
 
 std::string check_device(const std::string& key, std::string_view v) {
-  if (v == "host" || v == "limited") return std::string(v);
-  bad(key, "expected host or limited, got '" + std::string(v) + "'");
+  if (v == "host" || v == "limited" || v == "npu") return std::string(v);
+  // npu:N, the N-th Ascend NPU (plain "npu": the one a framework allocates on, else npu:0).
+  if (v.rfind("npu:", 0) == 0) {
+    std::size_t n = 0;
+    if (parse_uint(v.substr(4), n) && n < 1024) return "npu:" + std::to_string(n);
+    bad(key, "npu:N needs a device index N in [0, 1024), got '" + std::string(v) + "'");
+  }
+  bad(key, "expected host, limited, npu or npu:N, got '" + std::string(v) + "'");
 }
 
 std::string check_fallback(const std::string& key, std::string_view v) {
@@ -182,9 +188,10 @@ const std::vector<KeySpec>& key_table() {
         "system: the C heap (baseline); planned: learn one step, serve later steps from a "
         "planned arena, the rest from a caching pool"},
        check_strategy},
-      {{"device", "host", "host | limited",
+      {{"device", "host", "host | limited | npu | npu:N",
         "host: memory from mmap; limited: host memory behind a capacity limit, with or without "
-        "virtual memory (stands in for an accelerator)"},
+        "virtual memory (stands in for an accelerator); npu, npu:N: an Ascend NPU through the "
+        "CANN runtime (libascendcl.so, opened at run time; npu = npu:0 or the framework's)"},
        check_device},
       {{"device_capacity_mb", "1024", "MiB > 0", "capacity of device:limited"}, check_mb},
       {{"device_vmm", "False", "True | False",
@@ -314,6 +321,9 @@ void check_combinations(const Config& c) {
   for (const char* k : {"device_capacity_mb", "device_vmm"})
     if (has(k) && dev != "limited")
       bad(k, "applies only to device:limited (device is " + dev + ")");
+  if (dev.rfind("npu", 0) == 0)
+    for (const char* k : {"huge_pages", "prefault"})
+      if (has(k)) bad(k, "applies only to host memory (device is " + dev + ")");
 
   if (strategy == "system") {
     for (const char* k :

@@ -15,6 +15,7 @@
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/device/acl.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
 #include "modelmem/plan/plan_file.hpp"
@@ -115,6 +116,16 @@ std::shared_ptr<Allocator> make_static(const device::DevicePtr& dev, const Stati
   }
 }
 
+// device:npu / npu:N. With a base device (the NPU pluggable library passes the device the
+// framework allocates on) the key may only agree with it.
+device::DevicePtr npu_device(const std::string& key, const device::DevicePtr& base) {
+  if (base) {
+    if (key == "npu" || key == base->name()) return base;
+    bad("device", key + " differs from the device being allocated on (" + base->name() + ")");
+  }
+  return device::make_acl_device(key == "npu" ? 0 : std::stoi(key.substr(4)));
+}
+
 }  // namespace
 
 Built build(const Config& c) {
@@ -145,8 +156,17 @@ Built build(const Config& c, device::DevicePtr base) {
       if (c.has(k)) bad(k, "applies only to host memory (the device is " + base->name() + ")");
   }
   const std::string under = base ? base->name() : std::string("host memory");
-  b.device = base ? base : device::make_host_device(host);
-  if (c.get("device") == "limited") {
+  const std::string dev_key = c.get("device");
+  if (dev_key.rfind("npu", 0) == 0) {
+    b.device = npu_device(dev_key, base);
+  } else {
+    b.device = base ? base : device::make_host_device(host);
+  }
+  if (dev_key.rfind("npu", 0) == 0) {
+    const device::MemoryInfo hbm = b.device->memory_info();
+    setting("device", b.device->name() + " (Ascend, HBM " + format_bytes(hbm.total) + " total, " +
+                          format_bytes(hbm.free) + " free)");
+  } else if (c.get("device") == "limited") {
     b.device = device::make_limited_device(b.device, c.get_size_mb("device_capacity_mb"),
                                            c.get_bool("device_vmm"), 0);
     setting("device", b.device->name() + " (capacity " + c.get("device_capacity_mb") +

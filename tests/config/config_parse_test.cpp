@@ -103,7 +103,8 @@ TEST(ConfigParse, SyntaxErrors) {
 
 TEST(ConfigParse, MalformedValuesNameTheKey) {
   EXPECT_REJECTED("strategy:fast", "strategy: expected static, caching, system or planned");
-  EXPECT_REJECTED("device:cuda", "device: expected host or limited");
+  EXPECT_REJECTED("device:cuda", "device: expected host, limited, npu or npu:N");
+  EXPECT_REJECTED("device:npu:-1", "device: npu:N needs a device index N in [0, 1024)");
   EXPECT_REJECTED("device:limited,device_capacity_mb:0", "device_capacity_mb: must be > 0");
   EXPECT_REJECTED("device:limited,device_capacity_mb:1.5", "device_capacity_mb: expected a whole");
   EXPECT_REJECTED("device:limited,device_capacity_mb:99999999999999999999",
