@@ -86,6 +86,12 @@ json to_json(const MachineView& v) {
                             {"why", s.why},
                             {"removed", s.removed}});
   }
+  if (v.npu) {
+    out["npu"] = {{"available", v.npu->available},
+                  {"count", v.npu->device_count},
+                  {"library", v.npu->library},
+                  {"reason", v.npu->reason}};
+  }
   out["device_notes"] = v.device_notes;
   out["notes"] = v.notes;
   return out;

@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "modelmem/device/acl.hpp"
 #include "modelmem/monitor/reader.hpp"
 #include "modelmem/monitor/system.hpp"
 
@@ -23,9 +25,34 @@ struct MachineView {
   std::optional<monitor::HostMemory> host;
   std::vector<monitor::DeviceMemory> devices;
   monitor::Scan scan;
-  std::vector<std::string> device_notes;  ///< why a device backend could not answer
-  std::vector<std::string> notes;         ///< skipped segments, failed removals
+  std::vector<std::string> device_notes;       ///< why a device backend could not answer
+  std::vector<std::string> notes;              ///< skipped segments, failed removals
+  std::optional<device::AclAvailability> npu;  ///< the Ascend runtime, when devices were asked
 };
+
+/// The "npu" query: every NPU's HBM through the CANN runtime, or a note saying there is none.
+inline void query_npu_memory(std::vector<monitor::DeviceMemory>& devices,
+                             std::vector<std::string>& notes) {
+  device::AclAvailability a = device::acl_availability();
+  if (!a.available) {
+    notes.push_back("npu: " + a.reason);
+    return;
+  }
+  for (const device::AclDeviceMemory& m : device::acl_device_memory()) {
+    const std::string name = "npu:" + std::to_string(m.index);
+    if (!m.error.empty()) {
+      notes.push_back(name + ": " + m.error);
+      continue;
+    }
+    monitor::DeviceMemory d;
+    d.device = name;
+    d.model = m.soc.empty() ? "Ascend NPU" : m.soc;
+    d.total = m.total;
+    d.free = m.free;
+    d.used = m.total - std::min(m.total, m.free);
+    devices.push_back(std::move(d));
+  }
+}
 
 inline MachineView look(const monitor::ScanOptions& options, bool devices) {
   MachineView v;
@@ -34,7 +61,9 @@ inline MachineView look(const monitor::ScanOptions& options, bool devices) {
 #ifdef MODELMEM_HAVE_CUDA
     monitor::register_cuda_memory_query();
 #endif
+    monitor::register_device_memory_query("npu", &query_npu_memory);
     v.devices = monitor::query_device_memory(v.device_notes);
+    v.npu = device::acl_availability();
   }
   v.scan = monitor::scan(options);
   v.notes.insert(v.notes.end(), v.scan.notes.begin(), v.scan.notes.end());
