@@ -1,0 +1,85 @@
+// torch_npu's PYTORCH_NPU_ALLOC_CONF as the NPU pluggable library reads it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "modelmem/config/config.hpp"
+#include "modelmem/core/error.hpp"
+#include "npu_conf.hpp"
+
+namespace modelmem::npu {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    translate_torch_npu_conf(text, "PYTORCH_NPU_ALLOC_CONF");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TorchNpuConf, SharedKeysAreCarriedOverAndParse) {
+  std::string t = translate_torch_npu_conf(
+      "garbage_collection_threshold:0.6,roundup_power2_divisions:[256:1,512:2,>:4],"
+      "per_process_memory_fraction:0.9,max_split_size_mb:64",
+      "PYTORCH_NPU_ALLOC_CONF");
+  EXPECT_EQ(t,
+            "garbage_collection_threshold:0.6,roundup_power2_divisions:[256:1,512:2,>:4],"
+            "per_process_memory_fraction:0.9,max_split_size_mb:64");
+  config::Config c = config::parse_config(t);
+  EXPECT_EQ(c.get("max_split_size_mb"), "64");
+}
+
+TEST(TorchNpuConf, ExpandableSegmentsFallBackToCachingAsInTorchNpu) {
+  std::string t = translate_torch_npu_conf("expandable_segments:True", "PYTORCH_NPU_ALLOC_CONF");
+  EXPECT_EQ(t, "expandable_segments:True,fallback:caching");
+  EXPECT_EQ(config::parse_config(t).get("fallback"), "caching");
+  EXPECT_EQ(translate_torch_npu_conf("expandable_segments:False,", "X"),
+            "expandable_segments:False");
+  // torch_npu refuses this combination; so does modelmem's parser, naming the key.
+  try {
+    config::parse_config(translate_torch_npu_conf("expandable_segments:True,max_split_size_mb:64",
+                                                  "PYTORCH_NPU_ALLOC_CONF"));
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("max_split_size_mb"), std::string::npos);
+  }
+}
+
+TEST(TorchNpuConf, OtherKeysAreRefusedByNameWithWhatToUse) {
+  EXPECT_NE(error_of("page_size:1g").find("PYTORCH_NPU_ALLOC_CONF: page_size is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of("segment_size_mb:64").find("static_pool_mb"), std::string::npos);
+  EXPECT_NE(error_of("base_addr_aligned_kb:16").find("512 bytes"), std::string::npos);
+  EXPECT_NE(error_of("large_segment_size_mb:40").find("expandable_segments:True"),
+            std::string::npos);
+  EXPECT_NE(error_of("multi_stream_lazy_reclaim:True").find("multi_stream_lazy_reclaim"),
+            std::string::npos);
+  EXPECT_NE(error_of("bogus:1").find("unknown key 'bogus' (modelmem takes expandable_segments"),
+            std::string::npos);
+  EXPECT_NE(error_of("expandable_segments").find("missing ':VALUE'"), std::string::npos);
+}
+
+TEST(TorchNpuConf, EnvironmentOrder) {
+  unsetenv("MODELMEM_ALLOC_CONF");
+  unsetenv("PYTORCH_ALLOC_CONF");
+  setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", 1);
+  ConfText c = conf_from_env();
+  EXPECT_EQ(c.source, "PYTORCH_NPU_ALLOC_CONF (translated)");
+  EXPECT_EQ(c.text, "expandable_segments:True,fallback:caching");
+  setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64", 1);
+  EXPECT_THROW(conf_from_env(), InvalidInput);  // both set
+  unsetenv("PYTORCH_NPU_ALLOC_CONF");
+  EXPECT_EQ(conf_from_env().text, "max_split_size_mb:64");
+  setenv("MODELMEM_ALLOC_CONF", "strategy:static,static_pool_mb:64", 1);
+  c = conf_from_env();  // modelmem's own string wins
+  EXPECT_EQ(c.source, "MODELMEM_ALLOC_CONF");
+  EXPECT_EQ(c.text, "strategy:static,static_pool_mb:64");
+  unsetenv("MODELMEM_ALLOC_CONF");
+  unsetenv("PYTORCH_ALLOC_CONF");
+  EXPECT_EQ(conf_from_env().text, "");
+}
+
+}  // namespace
+}  // namespace modelmem::npu

@@ -1,0 +1,331 @@
+"""libmodelmem_npu_alloc.so driven through ctypes exactly as torch_npu's NPUPluggableAllocator
+and MindSpore's PluggableAllocator call it, over the emulated Ascend runtime.
+
+Each scenario runs in a child process of its own (the library builds one stack per device per
+process, from the environment). Run by CTest (acl.npu_pluggable_py), or by hand:
+  MODELMEM_NPU_ALLOC=build/libmodelmem_npu_alloc.so \
+  MODELMEM_EMULATED_ACL=build/emulated_acl/libascendcl.so MODELMEM_CLI=build/modelmem \
+  python3 -m unittest -v npu_pluggable_test        (from tests/acl)
+"""
+import bisect
+import ctypes
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+LIB = os.environ.get("MODELMEM_NPU_ALLOC", "")
+ACL = os.environ.get("MODELMEM_EMULATED_ACL", "")
+CLI = os.environ.get("MODELMEM_CLI", "")
+MiB = 1 << 20
+
+EXPORTS = ["modelmem_npu_alloc", "modelmem_npu_free", "modelmem_ms_alloc", "modelmem_ms_free",
+           "modelmem_npu_init", "modelmem_npu_reset", "modelmem_npu_memory_fraction",
+           "modelmem_npu_begin_step", "modelmem_npu_end_step", "modelmem_npu_stats",
+           "modelmem_npu_reset_peak", "modelmem_npu_trim", "modelmem_npu_describe",
+           "modelmem_npu_warning", "modelmem_npu_last_error"]
+
+
+class EmulatedAclState(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("plain_allocations", "physical_handles", "mappings", "reservations",
+                 "used_bytes", "pending_failures")]
+
+
+def load():
+    """The framework's view: the runtime (already initialised, a device set) and the library
+    with the function types of the pluggable bindings."""
+    acl = ctypes.CDLL(ACL)
+    rc = acl.aclInit(None)
+    assert rc == 0, rc  # the framework initialises the runtime first
+    lib = ctypes.CDLL(LIB)
+    vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    lib.modelmem_npu_alloc.argtypes = [sz, i, vp]
+    lib.modelmem_npu_alloc.restype = vp
+    lib.modelmem_npu_free.argtypes = [vp, sz, i, vp]
+    lib.modelmem_npu_free.restype = None
+    lib.modelmem_ms_alloc.argtypes = [sz, vp]
+    lib.modelmem_ms_alloc.restype = vp
+    lib.modelmem_ms_free.argtypes = [vp, sz, vp]
+    lib.modelmem_ms_free.restype = None
+    lib.modelmem_npu_init.argtypes = [i]
+    lib.modelmem_npu_reset.argtypes = [ctypes.c_bool]
+    lib.modelmem_npu_memory_fraction.argtypes = [ctypes.c_double, i]
+    for f in ("modelmem_npu_describe", "modelmem_npu_warning", "modelmem_npu_last_error"):
+        getattr(lib, f).restype = ctypes.c_char_p
+    lib.modelmem_npu_stats.argtypes = [i, ctypes.POINTER(ctypes.c_ulonglong), i]
+    return acl, lib
+
+
+def stats(lib, device=0):
+    out = (ctypes.c_ulonglong * 6)()
+    n = lib.modelmem_npu_stats(device, out, 6)
+    assert n == 6, n
+    return dict(zip(("reserved", "allocated", "peak_reserved", "peak_allocated",
+                     "device_allocs", "ooms"), out))
+
+
+def emulation_state(acl):
+    s = EmulatedAclState()
+    acl.modelmem_emulated_acl_state(ctypes.byref(s))
+    return s
+
+
+def stream(acl):
+    s = ctypes.c_void_p()
+    assert acl.aclrtCreateStream(ctypes.byref(s)) == 0
+    return s
+
+
+class Blocks:
+    """Live blocks: no two overlap, and a pattern written at both ends survives until free."""
+
+    def __init__(self):
+        self.starts, self.ends, self.tags = [], [], {}
+
+    def add(self, p, size, tag):
+        k = bisect.bisect_left(self.starts, p)
+        assert k == len(self.starts) or p + size <= self.starts[k], "overlaps the next block"
+        assert k == 0 or self.ends[k - 1] <= p, "overlaps the previous block"
+        self.starts.insert(k, p)
+        self.ends.insert(k, p + size)
+        ctypes.memset(p, tag, min(size, 64))
+        ctypes.memset(p + size - min(size, 64), tag, min(size, 64))
+        self.tags[p] = (size, tag)
+
+    def remove(self, p):
+        size, tag = self.tags.pop(p)
+        n = min(size, 64)
+        assert ctypes.string_at(p, n) == bytes([tag]) * n, "block start overwritten"
+        assert ctypes.string_at(p + size - n, n) == bytes([tag]) * n, "block end overwritten"
+        k = bisect.bisect_left(self.starts, p)
+        del self.starts[k], self.ends[k]
+        return size
+
+
+def random_use(alloc, free, rng, ops, max_mib):
+    """Random alloc/free, sizes log-uniform from 512 B to max_mib MiB. Returns live blocks."""
+    blocks, live = Blocks(), []
+    for n in range(ops):
+        if live and rng.random() < 0.45:
+            p = live.pop(rng.randrange(len(live)))
+            free(p, blocks.remove(p))
+            continue
+        size = int(2 ** rng.uniform(9, math.log2(max_mib * MiB)))
+        p = alloc(size)
+        assert p, "allocation of %d bytes failed" % size
+        assert p % 256 == 0
+        blocks.add(p, size, n % 251 + 1)
+        live.append(p)
+    return blocks, live
+
+
+# ---- the child scenarios ----
+
+def child_torch_npu():
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0  # torch_npu has set the device
+    lib.modelmem_npu_init(1)  # set_init_fn, with the device count
+    s = stream(acl)
+    alloc = lambda size: lib.modelmem_npu_alloc(size, 0, s)
+    free = lambda p, size: lib.modelmem_npu_free(p, size, 0, s)
+    blocks, live = random_use(alloc, free, random.Random(7), 3000, 40)
+    # More than the whole device: NULL (torch_npu raises its own OOM), and the next one works.
+    assert lib.modelmem_npu_alloc(4096 * MiB, 0, s) is None
+    why = lib.modelmem_npu_last_error().decode()
+    assert "NPU out of memory" in why and "4.00 GiB" in why, why
+    assert stats(lib)["ooms"] >= 1
+    p = alloc(8 * MiB)
+    assert p
+    free(p, 8 * MiB)
+    for p in list(live):
+        free(p, blocks.remove(p))
+    st = stats(lib)
+    assert st["allocated"] == 0, st
+    assert st["peak_allocated"] > 0, st
+    lib.modelmem_npu_reset(True)  # torch.npu.empty_cache()
+    describe = lib.modelmem_npu_describe(0).decode()
+    if "static" not in describe:
+        assert stats(lib)["reserved"] == 0, stats(lib)
+        assert emulation_state(acl).used_bytes == 0
+    print("describe:", describe)
+    print("warning:", lib.modelmem_npu_warning(0).decode())
+    # After the first allocation the fraction cannot change: a message, no effect.
+    lib.modelmem_npu_memory_fraction(0.5, 0)
+
+
+def child_mindspore():
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0  # MindSpore sets the device on its threads
+    s = stream(acl)
+    # A thread with no device current: MindSpore's functions have no device argument.
+    seen = []
+
+    def no_device():
+        seen.append(lib.modelmem_ms_alloc(4096, s))
+        seen.append(lib.modelmem_npu_last_error().decode())
+    t = threading.Thread(target=no_device)
+    t.start()
+    t.join()
+    assert seen[0] is None and "no NPU is current" in seen[1], seen
+    alloc = lambda size: lib.modelmem_ms_alloc(size, s)
+    free = lambda p, size: lib.modelmem_ms_free(p, size, s)
+    blocks, live = random_use(alloc, free, random.Random(11), 2000, 24)
+    assert lib.modelmem_ms_alloc(1 << 40, s) is None
+    p = alloc(MiB)
+    assert p
+    free(p, MiB)
+    for p in list(live):
+        free(p, blocks.remove(p))
+    assert stats(lib)["allocated"] == 0
+
+
+def child_two_devices():
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    a = lib.modelmem_npu_alloc(5 * MiB, 1, None)
+    b = lib.modelmem_npu_alloc(5 * MiB, 0, None)
+    assert a and b
+    assert "npu:1" in lib.modelmem_npu_describe(1).decode()
+    assert stats(lib, 1)["allocated"] >= 5 * MiB
+    lib.modelmem_npu_free(a, 5 * MiB, 1, None)
+    lib.modelmem_npu_free(b, 5 * MiB, 0, None)
+    # MindSpore frees on a thread whose current device is another one.
+    assert acl.aclrtSetDevice(1) == 0
+    c = lib.modelmem_ms_alloc(MiB, None)
+    assert acl.aclrtSetDevice(0) == 0
+    lib.modelmem_ms_free(c, MiB, None)
+    assert stats(lib, 1)["allocated"] == 0
+    assert stats(lib, 0)["allocated"] == 0
+
+
+def child_fraction_before_first_allocation():
+    acl, lib = load()
+    lib.modelmem_npu_memory_fraction(0.25, 0)  # set_memory_fraction_fn, before any allocation
+    assert lib.modelmem_npu_alloc(400 * MiB, 0, None) is None  # 1 GiB device, 256 MiB cap
+    p = lib.modelmem_npu_alloc(100 * MiB, 0, None)
+    assert p
+    lib.modelmem_npu_free(p, 100 * MiB, 0, None)
+    assert "per_process_memory_fraction 0.25" in lib.modelmem_npu_describe(0).decode()
+
+
+def child_bad_config():
+    acl, lib = load()
+    for _ in range(3):
+        assert lib.modelmem_npu_alloc(4096, 0, None) is None  # never aborts
+    print("why:", lib.modelmem_npu_last_error().decode())
+
+
+def child_published():
+    acl, lib = load()
+    p = lib.modelmem_npu_alloc(30 * MiB, 0, None)
+    assert p
+    time.sleep(0.6)  # the publisher copies statistics every 200 ms
+    out = subprocess.run([CLI, "info", "--json", "--pid", str(os.getpid())],
+                         capture_output=True, text=True, check=True).stdout
+    pools = json.loads(out)["processes"][0]["pools"]
+    assert len(pools) == 1, pools
+    pool = pools[0]
+    assert pool["pool"] == "bert" and pool["device"] == "npu:0", pool
+    assert pool["allocated"] >= 30 * MiB, pool
+    lib.modelmem_npu_free(p, 30 * MiB, 0, None)
+
+
+# ---- the tests ----
+
+def run_child(name, **env):
+    e = dict(os.environ)
+    e.setdefault("MODELMEM_MONITOR", "0")
+    e.update({"MODELMEM_ACL_LIBRARY": ACL, "MODELMEM_EMULATED_ACL_MEMORY_MB": "1024"})
+    for k in ("MODELMEM_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+              "MODELMEM_EMULATED_ACL_VMM"):
+        e.pop(k, None)
+    e.update(env)
+    return subprocess.run([sys.executable, os.path.abspath(__file__), name], env=e,
+                          capture_output=True, text=True, timeout=240)
+
+
+@unittest.skipUnless(LIB and ACL, "MODELMEM_NPU_ALLOC and MODELMEM_EMULATED_ACL are not set")
+class NpuPluggable(unittest.TestCase):
+    def check(self, name, **env):
+        r = run_child(name, **env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r
+
+    def test_exports_what_the_frameworks_and_examples_name(self):
+        lib = ctypes.CDLL(LIB)
+        for name in EXPORTS:
+            self.assertTrue(hasattr(lib, name), name)
+        # Nothing of modelmem's C++ leaks out of the library.
+        out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True,
+                             text=True).stdout
+        if out:
+            names = [line.split()[-1] for line in out.splitlines() if " T " in line]
+            self.assertEqual(sorted(n for n in names if n.startswith("modelmem_")),
+                             sorted(EXPORTS))
+            self.assertFalse([n for n in names if n.startswith("_Z")], names[:5])
+
+    def test_torch_npu_caching(self):
+        r = self.check("child_torch_npu")
+        self.assertIn("describe: caching on npu:0", r.stdout)
+        self.assertIn("set_memory_fraction(0.5) on npu:0 after its first allocation is not "
+                      "applied", r.stderr)
+
+    def test_torch_npu_expandable_segments(self):
+        r = self.check("child_torch_npu", MODELMEM_ALLOC_CONF="expandable_segments:True")
+        self.assertIn("describe: caching on npu:0: expandable segments (page 2.00 MiB)",
+                      r.stdout)
+        self.assertNotIn("not supported", r.stderr)
+
+    def test_torch_npu_static_pool(self):
+        r = self.check("child_torch_npu",
+                       MODELMEM_ALLOC_CONF="strategy:static,static_pool_mb:900")
+        self.assertIn("describe: static: one pool of 900.00 MiB on npu:0", r.stdout)
+
+    def test_torch_npu_conf_without_virtual_memory_warns_once_and_falls_back_like_torch_npu(self):
+        for vmm in ("unsupported", "absent"):
+            r = self.check("child_torch_npu", PYTORCH_NPU_ALLOC_CONF="expandable_segments:True",
+                           MODELMEM_EMULATED_ACL_VMM=vmm)
+            lines = [l for l in r.stderr.splitlines() if "expandable_segments" in l]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn("modelmem: expandable_segments is not supported on npu:0 (", lines[0])
+            self.assertIn("falling back to the caching pool with fixed-size segments", lines[0])
+            self.assertIn("207000" if vmm == "unsupported" else "lacks aclrtReserveMemAddress",
+                          lines[0])
+            self.assertIn("warning: " + lines[0], r.stdout)
+
+    def test_torch_npu_conf_refused_key_names_it(self):
+        r = self.check("child_bad_config", PYTORCH_NPU_ALLOC_CONF="page_size:1g")
+        self.assertIn("why: no allocator for npu:0: PYTORCH_NPU_ALLOC_CONF: page_size is not "
+                      "supported by modelmem: 1 GiB pages are not offered", r.stdout)
+
+    def test_mindspore(self):
+        self.check("child_mindspore")
+        self.check("child_mindspore", MODELMEM_ALLOC_CONF="expandable_segments:True")
+
+    def test_two_devices(self):
+        self.check("child_two_devices", MODELMEM_EMULATED_ACL_DEVICES="2")
+
+    def test_memory_fraction_before_the_first_allocation(self):
+        self.check("child_fraction_before_first_allocation")
+
+    def test_bad_config_returns_null_and_says_why_once(self):
+        r = self.check("child_bad_config", MODELMEM_ALLOC_CONF="bogus:1")
+        self.assertEqual(r.stderr.count("cannot build the allocator for npu:0"), 1, r.stderr)
+        self.assertIn("why: no allocator for npu:0: config: unknown key 'bogus'", r.stdout)
+
+    @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")
+    def test_published_to_the_monitor(self):
+        self.check("child_published", MODELMEM_MONITOR="1", MODELMEM_POOL_NAME="bert")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1].startswith("child_"):
+        globals()[sys.argv[1]]()
+    else:
+        unittest.main()
