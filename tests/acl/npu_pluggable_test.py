@@ -7,12 +7,14 @@ process, from the environment). Run by CTest (acl.npu_pluggable_py), or by hand:
   MODELMEM_EMULATED_ACL=build/emulated_acl/libascendcl.so MODELMEM_CLI=build/modelmem \
   python3 -m unittest -v npu_pluggable_test        (from tests/acl)
 """
+import ast
 import bisect
 import ctypes
 import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -22,6 +24,7 @@ import unittest
 LIB = os.environ.get("MODELMEM_NPU_ALLOC", "")
 ACL = os.environ.get("MODELMEM_EMULATED_ACL", "")
 CLI = os.environ.get("MODELMEM_CLI", "")
+SOURCE = os.environ.get("MODELMEM_SOURCE_DIR", "")
 MiB = 1 << 20
 
 EXPORTS = ["modelmem_npu_alloc", "modelmem_npu_free", "modelmem_ms_alloc", "modelmem_ms_free",
@@ -238,6 +241,12 @@ def child_published():
 
 # ---- the tests ----
 
+def names_of(framework):
+    path = os.path.join(SOURCE, "examples", "ascend", framework + "_example.py")
+    with open(path) as f:
+        return set(re.findall(r"modelmem_\w+", f.read()))
+
+
 def run_child(name, **env):
     e = dict(os.environ)
     e.setdefault("MODELMEM_MONITOR", "0")
@@ -318,6 +327,38 @@ class NpuPluggable(unittest.TestCase):
         r = self.check("child_bad_config", MODELMEM_ALLOC_CONF="bogus:1")
         self.assertEqual(r.stderr.count("cannot build the allocator for npu:0"), 1, r.stderr)
         self.assertIn("why: no allocator for npu:0: config: unknown key 'bogus'", r.stdout)
+
+    @unittest.skipUnless(SOURCE, "MODELMEM_SOURCE_DIR is not set")
+    def test_examples_parse_and_name_what_the_library_exports(self):
+        lib = ctypes.CDLL(LIB)
+        for example in ("torch_npu_example.py", "mindspore_example.py"):
+            path = os.path.join(SOURCE, "examples", "ascend", example)
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                     and isinstance(n.value, str) and re.fullmatch(r"modelmem_\w+", n.value)}
+            names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and n.attr.startswith("modelmem_")}
+            self.assertTrue(names, example)
+            for name in names:
+                self.assertTrue(hasattr(lib, name), "%s names %s" % (example, name))
+        self.assertTrue({"modelmem_npu_alloc", "modelmem_npu_free"} <= names_of("torch_npu"))
+        self.assertTrue({"modelmem_ms_alloc", "modelmem_ms_free"} <= names_of("mindspore"))
+
+    @unittest.skipUnless(SOURCE and CLI, "MODELMEM_SOURCE_DIR or MODELMEM_CLI is not set")
+    def test_scenarios_build_on_the_emulated_npu(self):
+        env = dict(os.environ, MODELMEM_ACL_LIBRARY=ACL, MODELMEM_EMULATED_ACL_MEMORY_MB="16384",
+                   MODELMEM_MONITOR="0")
+        r = subprocess.run(["sh", "examples/ascend/scenarios.sh", CLI], cwd=SOURCE, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 8, r.stdout)
+        self.assertTrue(all(l.startswith("allocator: ") and "npu:0" in l for l in lines),
+                        r.stdout)
+        self.assertIn("expandable segments", lines[0])
+        self.assertIn("static: one pool of", lines[1])  # sized from the plan
+        self.assertIn("planned(", lines[7])
 
     @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")
     def test_published_to_the_monitor(self):
