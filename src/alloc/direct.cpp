@@ -43,7 +43,7 @@ void* DirectAllocator::allocate(std::size_t size, Stream stream) {
       info.reserved = static_cast<std::size_t>(impl_->stats.reserved_bytes.all.current);
       info.allocated = static_cast<std::size_t>(impl_->stats.allocated_bytes.all.current);
     }
-    info.where = "direct allocator on " + impl_->device->name();
+    info.where = "direct allocator on " + (info.where.empty() ? impl_->device->name() : info.where);
     throw OutOfMemory(info);
   }
   {

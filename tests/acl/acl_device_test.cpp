@@ -69,6 +69,7 @@ TEST(AclDevice, PlainMemoryIs512ByteAlignedAndComesBack) {
   std::memset(q, 2, 3 * kMiB);
   // aclrtMallocAlign32 with huge-first: no padding, 480 bytes of alignment slack.
   EXPECT_EQ(emu.calls("aclrtMallocAlign32"), 2u);
+  EXPECT_EQ(emu.calls("aclrtMallocAlign32/policy0"), 2u);  // ACL_MEM_MALLOC_HUGE_FIRST
   EXPECT_EQ(emu.calls("aclrtMalloc"), 0u);
   EXPECT_EQ(dev->memory_info().free, 64 * kMiB - (1000 + 480 + 24) - (3 * kMiB + 480));
   EXPECT_THROW(dev->allocate(0), InvalidInput);
@@ -84,6 +85,7 @@ TEST(AclDevice, WithoutAclrtMallocAlign32ItUsesAclrtMalloc) {
   void* p = dev->allocate(4096);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u);
   EXPECT_EQ(emu.calls("aclrtMalloc"), 1u);
+  EXPECT_EQ(emu.calls("aclrtMalloc/policy0"), 1u);
   EXPECT_EQ(emu.calls("aclrtMallocAlign32"), 0u);
   // aclrtMalloc charges 32 bytes of padding beyond the 32-byte aligned size.
   EXPECT_EQ(emu.state().used_bytes, 4096u + 480 + 32);

@@ -52,8 +52,9 @@ class AclDevice final : public Device {
       check_scope(scope);
       // Huge-first: requests over 1 MB in 2 MB pages where the device has them.
       Status r = fn(&raw, ask, kHugeFirst);
-      if (r == kMemoryAllocation || (r == kSuccess && raw == nullptr))
-        throw_oom(bytes, call_error(rt_->malloc_name(), r == kSuccess ? kBadAlloc : r));
+      if (r == kSuccess && raw == nullptr)
+        throw_oom(bytes, std::string(rt_->malloc_name()) + " returned a null address");
+      if (r == kMemoryAllocation) throw_oom(bytes, call_error(rt_->malloc_name(), r));
       if (r != kSuccess)
         throw Error(name_ + ": " + call_error(rt_->malloc_name(), r) + " for " + format_bytes(ask));
     }
@@ -177,8 +178,8 @@ class AclDevice final : public Device {
       Status r = rt_->malloc_physical(&handle, g, &prop, 0);
       if (r != kSuccess || handle == nullptr) {
         undo();
-        if (r == kMemoryAllocation || r == kSuccess)
-          throw_oom(bytes, call_error("aclrtMallocPhysical", r == kSuccess ? kBadAlloc : r));
+        if (r == kSuccess) throw_oom(bytes, "aclrtMallocPhysical returned a null handle");
+        if (r == kMemoryAllocation) throw_oom(bytes, call_error("aclrtMallocPhysical", r));
         throw Error(name_ + ": " + call_error("aclrtMallocPhysical", r));
       }
       r = rt_->map(reinterpret_cast<void*>(base + done), g, 0, handle, 0);
