@@ -50,9 +50,7 @@ std::shared_ptr<const Runtime> load(std::string& why) {
       }
     }
     if (lib == nullptr) {
-      why =
-          "no Ascend runtime here (libascendcl.so not found; set MODELMEM_ACL_LIBRARY or "
-          "source CANN's set_env.sh)";
+      why = "no Ascend runtime here (libascendcl.so not found; MODELMEM_ACL_LIBRARY names one)";
       return nullptr;
     }
   }
