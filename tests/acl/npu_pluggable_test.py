@@ -188,6 +188,45 @@ def child_mindspore():
     assert stats(lib)["allocated"] == 0
 
 
+def child_threads():
+    """torch_npu allocates from several threads at once (ctypes releases the GIL in calls)."""
+    acl, lib = load()
+    errors = []
+    lock = threading.Lock()
+    ledger = Blocks()
+
+    def worker(seed):
+        try:
+            assert acl.aclrtSetDevice(0) == 0
+            rng, live = random.Random(seed), []
+            for n in range(800):
+                if live and rng.random() < 0.5:
+                    p, size = live.pop(rng.randrange(len(live)))
+                    with lock:
+                        ledger.remove(p)
+                    lib.modelmem_npu_free(p, size, 0, None)
+                    continue
+                size = int(2 ** rng.uniform(9, 22))
+                p = lib.modelmem_npu_alloc(size, 0, None)
+                assert p, lib.modelmem_npu_last_error().decode()
+                with lock:
+                    ledger.add(p, size, seed)
+                live.append((p, size))
+            for p, size in live:
+                with lock:
+                    ledger.remove(p)
+                lib.modelmem_npu_free(p, size, 0, None)
+        except Exception as e:  # reported by the main thread
+            errors.append(repr(e))
+    threads = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert stats(lib)["allocated"] == 0
+
+
 def child_two_devices():
     acl, lib = load()
     assert acl.aclrtSetDevice(0) == 0
@@ -316,6 +355,10 @@ class NpuPluggable(unittest.TestCase):
     def test_mindspore(self):
         self.check("child_mindspore")
         self.check("child_mindspore", MODELMEM_ALLOC_CONF="expandable_segments:True")
+
+    def test_threads(self):
+        self.check("child_threads")
+        self.check("child_threads", MODELMEM_ALLOC_CONF="expandable_segments:True")
 
     def test_two_devices(self):
         self.check("child_two_devices", MODELMEM_EMULATED_ACL_DEVICES="2")
