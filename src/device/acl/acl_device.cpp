@@ -94,7 +94,8 @@ class AclDevice final : public Device {
 
   VmProbe probe_virtual_memory() override {
     if (!rt_->missing_vmm.empty())
-      return {false, rt_->path + " lacks " + rt_->missing_vmm + " (CANN before 7.0)"};
+      return {false, rt_->path + " lacks " + rt_->missing_vmm +
+                         " (CANN before 7.0; expandable segments need 7.0 or later)"};
     DeviceScope scope(*rt_, index_);
     check_scope(scope);
     void* p = nullptr;
@@ -106,7 +107,8 @@ class AclDevice final : public Device {
     }
     if (r == kFeatureNotSupported)
       return {false, call_error("aclrtReserveMemAddress", r) +
-                         ": the driver and firmware may not match the CANN toolkit"};
+                         ": the driver and firmware may not match the CANN toolkit; install "
+                         "the ones released with it"};
     // As torch_npu: any other answer is a broken runtime, not an absent feature.
     throw Error(name_ +
                 ": virtual-memory probe failed: " + call_error("aclrtReserveMemAddress", r));
