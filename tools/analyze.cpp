@@ -5,6 +5,7 @@
 
 #include "command.hpp"
 #include "modelmem/trace/analysis.hpp"
+#include "modelmem/trace/snapshot.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::tools {
@@ -22,7 +23,9 @@ void setup(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<AnalyzeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "analyze", "Summarise an allocation trace and advise: static arena, buckets, config keys");
-  cmd->add_option("trace", args->trace, "trace CSV (modelmem or the shared PyTorch format)")
+  cmd->add_option(
+         "trace", args->trace,
+         "trace CSV (modelmem or the shared PyTorch format) or a PyTorch memory snapshot pickle")
       ->required();
   cmd->add_flag("--json", args->json, "print the analysis as JSON");
   cmd->add_flag("--strict", args->strict, "fail on the first malformed line instead of skipping");
@@ -38,10 +41,19 @@ void setup(CLI::App& app, int& exit_code) {
     options.solver = args->solver;
     options.time_limit_s = args->time_limit;
     trace::Analysis a = trace::analyze(t, options);
+    const auto sites = trace::allocation_sites(t);  // snapshot frames, MemoryLogger stacks
     if (args->json) {
-      std::printf("%s\n", trace::to_json(a).dump(2).c_str());
+      nlohmann::json j = trace::to_json(a);
+      j["sites"] = nlohmann::json::array();
+      for (const auto& s : sites)
+        j["sites"].push_back({{"site", s.site},
+                              {"allocs", s.allocs},
+                              {"bytes", s.bytes},
+                              {"live_at_end", s.live_at_end}});
+      std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::fputs(trace::to_text(a).c_str(), stdout);
+      std::fputs(trace::sites_text(sites).c_str(), stdout);
     }
     exit_code = 0;
   });

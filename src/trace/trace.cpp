@@ -14,6 +14,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/trace/recorder.hpp"
+#include "modelmem/trace/snapshot.hpp"
 
 namespace modelmem::trace {
 
@@ -212,6 +213,11 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
 }
 
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options) {
+  if (is_snapshot_file(path)) return read_snapshot(path, options);
+  if (path.extension() == ".pickle" || path.extension() == ".pkl")
+    throw InvalidInput(fmt::format(
+        "{}: not a pickle of protocol 2-5 (what torch.cuda.memory._dump_snapshot writes)",
+        path.string()));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidInput(fmt::format("{}: cannot open trace", path.string()));
   return parse_trace(in, path.string(), options);

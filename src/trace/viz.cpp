@@ -97,7 +97,7 @@ window.addEventListener('mousemove',e=>{if(drag){const c=drag.c,d=(e.offsetX-dra
  if(e.target===blk){const x=ix(blk,e.offsetX),a=(blk.height-20-e.offsetY)/(blk.height-40)*maxAddr;
   let hit=null;for(const b of DATA.blocks){if(X(b[2],b[4])<=x&&x<=X(b[3],b[5])&&b[0]<=a&&a<=b[0]+b[1]){hit=b;}}
   showTip(e,hit?('size '+fmtB(hit[1])+' ('+hit[1]+' B)\naddress 0x'+hit[7]+'\nalloc '+fmtT(hit[2])+' (event '+hit[4]+')\nfree  '+
-   (hit[8]?fmtT(hit[3])+' (event '+hit[5]+')':'never')+'\nlived '+fmtT(hit[3]-hit[2])+'\npool '+hit[6]):null);}
+   (hit[8]?fmtT(hit[3])+' (event '+hit[5]+')':'never')+'\nlived '+fmtT(hit[3]-hit[2])+'\npool '+hit[6]+(hit[9]?'\nsite '+hit[9]:'')):null);}
  else if(e.target===mem){const x=ix(mem,e.offsetX);let lines=[useTime?fmtT(x):'event '+Math.round(x)];
   for(const s of DATA.series){let lo=0,hi=s.points.length-1,best=-1;while(lo<=hi){const m=(lo+hi)>>1;
    if(X(s.points[m][0],s.points[m][1])<=x){best=m;lo=m+1;}else hi=m-1;}
@@ -182,7 +182,8 @@ void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& opt
     const std::size_t ef = freed ? b.free_index : trace.events.size();
     char hex[32];
     std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(b.address));
-    blocks_json.push_back({compact[i], b.size, ta, tf, b.alloc_index, ef, b.pool, hex, freed});
+    blocks_json.push_back({compact[i], b.size, ta, tf, b.alloc_index, ef, b.pool, hex, freed,
+                           trace.events[b.alloc_index].label});
   }
   json marks = json::array(), ooms = json::array();
   for (std::size_t i = 0; i < trace.events.size(); ++i) {

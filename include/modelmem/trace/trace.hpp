@@ -49,7 +49,8 @@ struct ReadOptions {
 /// unknown columns are ignored). Malformed lines (unknown event, bad number, missing field,
 /// a truncated last line) are skipped with a warning naming file and line; events out of time
 /// order are kept in file order with a warning. Throws InvalidInput for an unreadable file, a
-/// missing or unusable header, or (strict) the first malformed line.
+/// missing or unusable header, or (strict) the first malformed line. A file that starts like a
+/// pickle is read as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp).
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options = {});
 Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& options = {});
 
