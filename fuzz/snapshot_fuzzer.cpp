@@ -13,11 +13,15 @@
 using namespace modelmem;
 using namespace modelmem::trace;
 
-namespace {
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-}  // namespace
+#include <cstdio>
+
+#define check(ok)                                                       \
+  do {                                                                  \
+    if (!(ok)) {                                                        \
+      std::fprintf(stderr, "snapshot_fuzzer: check failed: %s\n", #ok); \
+      std::abort();                                                     \
+    }                                                                   \
+  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
@@ -36,8 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   write_csv(t, csv);
   Trace back = parse_trace(csv, "roundtrip.csv");
   check(back.events.size() == t.events.size());
-  for (std::size_t i = 0; i < t.events.size(); ++i)
-    check(back.events[i].kind == t.events[i].kind && back.events[i].size == t.events[i].size &&
-          back.events[i].label == t.events[i].label);
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    check(back.events[i].kind == t.events[i].kind);
+    check(back.events[i].size == t.events[i].size);
+    check(back.events[i].label == t.events[i].label);
+  }
   return 0;
 }

@@ -140,6 +140,10 @@ class Converter {
         if (c == ',' || static_cast<unsigned char>(c) < 0x20 ||
             static_cast<unsigned char>(c) >= 0x7f)
           c = c == ',' ? ' ' : '?';
+      // The CSV reader trims fields: so does the label, so a trace round-trips.
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      text.erase(0, text.find_first_not_of(' ') == std::string::npos ? text.size()
+                                                                     : text.find_first_not_of(' '));
       const bool in_torch = file.find("/torch/") != std::string::npos || file.starts_with("torch/");
       if (!in_torch) return text;
       if (first.empty()) first = std::move(text);
