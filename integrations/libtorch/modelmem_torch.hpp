@@ -22,7 +22,16 @@ std::shared_ptr<alloc::Allocator> install(const std::string& config);
 /// The installed allocator, or nullptr.
 alloc::Allocator* installed() noexcept;
 
-/// Step marks for the planned arena (no-ops for other strategies).
+/// Routes the calling thread's CPU tensor allocations to `allocator` (a per-model pool) instead
+/// of the installed one, until called again (nullptr = back to the installed allocator). Each
+/// block remembers the allocator it came from and keeps it alive, so it may be freed on any
+/// thread, after the route changed. Needs install() first (Unsupported otherwise).
+void set_thread_allocator(std::shared_ptr<alloc::Allocator> allocator);
+/// The calling thread's route, or nullptr.
+std::shared_ptr<alloc::Allocator> thread_allocator();
+
+/// Step marks for the planned arena (no-ops for other strategies): to the calling thread's
+/// route when it has one, else to the installed allocator.
 void begin_step();
 void end_step();
 

@@ -1,0 +1,35 @@
+"""modelmem: memory planning and allocation for deep-learning deployment, from Python.
+
+Plan a model ahead of time (plan), solve a planning problem (solve), read and analyse traces and
+PyTorch memory snapshots (Trace), check a configuration string (config), run PyTorch on
+modelmem's CPU allocator (modelmem.torch.use_cpu_allocator), give several models their own pools
+with quotas (pool), log allocations with their Python callers (MemoryLogger) and see every
+process's pools (info). The package wraps the C++ library: the same code as the `modelmem` CLI.
+See docs/python.md.
+"""
+
+from ._errors import (ConfigError, CudaAllocatorUnavailable, Error, InvalidInputError,
+                      NpuAllocatorUnavailable, OutOfMemoryError, QuotaExceededError,
+                      UnsupportedError)
+from . import _modelmem
+from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Plan,
+                        PlannedTensor, Pool, StepStats, Trace, TraceRecording, config, config_keys,
+                        info, plan, pool, solve, solver_names)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Advice", "AllocationSite", "Analysis", "BucketPlan", "ConfigError",
+    "CudaAllocatorUnavailable", "Error", "InvalidInputError", "MemoryLogger",
+    "NpuAllocatorUnavailable", "OutOfMemoryError", "Plan", "PlannedTensor", "Pool",
+    "QuotaExceededError", "StepStats", "Trace", "TraceRecording", "UnsupportedError", "config",
+    "config_keys", "info", "plan", "pool", "solve", "solver_names", "torch",
+]
+
+
+def __getattr__(name):
+    # modelmem.torch is imported on first use: it imports torch, which takes a while.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'modelmem' has no attribute {name!r}")

@@ -1,0 +1,124 @@
+from os import PathLike
+from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._errors import (ConfigError as ConfigError, CudaAllocatorUnavailable as CudaAllocatorUnavailable,
+                      Error as Error, InvalidInputError as InvalidInputError,
+                      NpuAllocatorUnavailable as NpuAllocatorUnavailable,
+                      OutOfMemoryError as OutOfMemoryError, QuotaExceededError as QuotaExceededError,
+                      UnsupportedError as UnsupportedError)
+from . import torch as torch
+
+__version__: str
+_Path = Union[str, PathLike]
+
+class PlannedTensor:
+    name: str
+    size: int
+    offset: int
+    first: int
+    last: int
+
+class BucketPlan:
+    value: int
+    arena_bytes: int
+    lower_bound: int
+    weights_bytes: int
+
+class Plan:
+    source: str
+    solver: str
+    arena_bytes: int
+    weights_bytes: int
+    lower_bound: int
+    proven_optimal: bool
+    seconds: float
+    note: str
+    tensors: List[PlannedTensor]
+    offsets: List[int]
+    buckets: List[BucketPlan]
+    def to_json(self, path: str) -> None: ...
+    def to_html(self, path: str) -> None: ...
+
+def plan(path: str, dims: Optional[Union[Mapping[str, int], Sequence[str]]] = None,
+         dtype: Optional[str] = None, order: str = "stored",
+         buckets: Optional[Union[str, Mapping[str, Sequence[int]]]] = None, solver: str = "best",
+         time_limit: float = 10) -> Plan: ...
+def solve(problem: Union[_Path, Sequence[Tuple[int, int, int]]], solver: str = "best",
+          capacity: Optional[int] = None, time_limit: float = 10) -> Plan: ...
+def solver_names() -> List[str]: ...
+
+class Advice:
+    topic: str
+    message: str
+    config: List[str]
+
+class StepStats:
+    begin: int
+    end: int
+    allocs: int
+    bytes_allocated: int
+    peak_live: int
+    live_in: int
+    group: int
+    common_size: int
+
+class AllocationSite:
+    site: str
+    allocs: int
+    bytes: int
+    live_at_end: int
+
+class Analysis:
+    advice: List[Advice]
+    steps: List[StepStats]
+    summary: Dict[str, Any]
+    sites: List[AllocationSite]
+    skipped: List[str]
+    def to_dict(self) -> Dict[str, Any]: ...
+
+class Trace:
+    name: str
+    warnings: List[str]
+    dropped: int
+    @staticmethod
+    def load(path: _Path, strict: bool = False) -> Trace: ...
+    def __len__(self) -> int: ...
+    def analyze(self, solver: str = "", time_limit: float = 2.0) -> Analysis: ...
+    def replay(self, config: str = "", repeat: int = 1, touch: bool = True) -> Dict[str, Any]: ...
+    def to_perfetto(self, path: str) -> None: ...
+    def to_html(self, path: str, max_blocks: int = 200000) -> None: ...
+    def save(self, path: str) -> None: ...
+
+class TraceRecording:
+    active: bool
+    def stop(self) -> Trace: ...
+    def __enter__(self) -> TraceRecording: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+class Pool:
+    name: str
+    quota: Optional[int]
+    used: int
+    peak_used: int
+    def stats(self) -> Dict[str, int]: ...
+    def __enter__(self) -> Pool: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+def pool(name: str, quota: Optional[int] = None) -> Pool: ...
+
+class MemoryLogger:
+    active: bool
+    stacks: bool
+    def __init__(self, stacks: bool = True) -> None: ...
+    def __enter__(self) -> MemoryLogger: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def __len__(self) -> int: ...
+    def trace(self) -> Trace: ...
+    def save(self, path: str) -> None: ...
+    def analyze(self, solver: str = "", time_limit: float = 2.0) -> Analysis: ...
+
+def config(config: str) -> Dict[str, str]: ...
+def config_keys() -> List[Dict[str, str]]: ...
+def info() -> List[Dict[str, Any]]: ...

@@ -1,0 +1,36 @@
+// Shared pieces of the modelmem Python extension (modelmem._modelmem): the exception mapping and
+// the binding functions of each part. The extension wraps the library's functions and result
+// objects; it computes nothing of its own.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "modelmem/alloc/stats.hpp"
+#include "modelmem/plan/solver.hpp"
+
+namespace modelmem::python {
+
+namespace py = pybind11;
+
+/// Maps modelmem's C++ exceptions to the Python classes of modelmem/_errors.py:
+/// InvalidInput -> InvalidInputError (ValueError), OutOfMemory -> OutOfMemoryError (MemoryError),
+/// QuotaExceeded -> QuotaExceededError, Unsupported -> UnsupportedError (NotImplementedError).
+void register_errors(py::module_& m);
+/// Raises modelmem.<cls>(message) (e.g. "ConfigError").
+[[noreturn]] void raise(const char* cls, const std::string& message);
+
+/// torch.cuda.memory_stats() style dict ("allocated_bytes.all.current", ...).
+py::dict stats_dict(const alloc::Stats& stats);
+
+/// Solve options whose progress callback checks for Ctrl-C (the GIL is taken for that only);
+/// run_interruptible() runs `f` without the GIL and raises KeyboardInterrupt when it was stopped.
+plan::SolveOptions interruptible_options(double time_limit_s);
+void run_interruptible(const std::function<void()>& f);
+
+void bind_plans(py::module_& m);
+void bind_traces(py::module_& m);
+void bind_torch(py::module_& m);
+
+}  // namespace modelmem::python

@@ -1,0 +1,523 @@
+// modelmem as PyTorch's CPU allocator from Python (use_cpu_allocator), per-model pools routing a
+// thread's allocations (pool), recording a trace of them (handle.trace) and MemoryLogger, which
+// records each allocation with its Python caller. The allocator lives in integrations/libtorch.
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common.hpp"
+#include "frames.h"
+#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/monitor/publisher.hpp"
+#include "modelmem/trace/recorder.hpp"
+#include "modelmem/trace/trace.hpp"
+#include "py_trace.hpp"
+#ifdef MODELMEM_PY_TORCH
+#include "modelmem_torch.hpp"
+#endif
+
+namespace modelmem::python {
+
+namespace {
+
+using alloc::EventKind;
+
+// Fans the allocators' events out to at most one trace recording and one MemoryLogger. A sink
+// is detached only once no callback is inside it, so it may be destroyed right after.
+class Tap final : public alloc::Listener {
+ public:
+  enum Slot { kTrace = 0, kLogger = 1 };
+  void on_event(const alloc::Event& e) noexcept override {
+    if (sinks_[0].load(std::memory_order_acquire) == nullptr &&
+        sinks_[1].load(std::memory_order_acquire) == nullptr)
+      return;
+    inflight_.fetch_add(1);
+    for (auto& s : sinks_)
+      if (alloc::Listener* l = s.load()) l->on_event(e);
+    inflight_.fetch_sub(1);
+  }
+  bool attach(Slot slot, alloc::Listener* l) {
+    alloc::Listener* expected = nullptr;
+    return sinks_[slot].compare_exchange_strong(expected, l);
+  }
+  void detach(Slot slot, alloc::Listener* l) {
+    alloc::Listener* expected = l;
+    sinks_[slot].compare_exchange_strong(expected, nullptr);
+    while (inflight_.load() != 0) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<alloc::Listener*> sinks_[2] = {nullptr, nullptr};
+  std::atomic<int> inflight_{0};
+};
+
+struct Pool {
+  std::string name;
+  std::optional<std::size_t> quota;
+  std::shared_ptr<alloc::Allocator> upstream;
+  std::shared_ptr<alloc::Allocator> allocator;  // the quota adaptor, or upstream without quota
+  std::shared_ptr<alloc::QuotaAdaptor> adaptor;
+  monitor::PoolRegistration registration;
+};
+
+// Process-wide; never destroyed (tensors may be freed during interpreter shutdown).
+struct State {
+  std::mutex mutex;
+  std::string config;
+  std::shared_ptr<alloc::Allocator> allocator;
+  Tap tap;
+  monitor::PoolRegistration registration;
+  std::map<std::string, std::shared_ptr<Pool>> pools;
+};
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+thread_local std::vector<std::shared_ptr<alloc::Allocator>> t_previous_routes;
+
+void require_installed(const char* what) {
+  if (!state().allocator)
+    throw Unsupported(
+        fmt::format("{} works on allocations made through modelmem: call "
+                    "modelmem.torch.use_cpu_allocator() first",
+                    what));
+}
+
+std::shared_ptr<alloc::Allocator> build_allocator(const std::string& text) {
+  config::Config c;
+  try {
+    c = config::parse_config(text);
+  } catch (const InvalidInput& e) {
+    raise("ConfigError", e.what());
+  }
+  return config::build(c).allocator;
+}
+
+struct CpuHandle {};  // the installed allocator is process-wide; the handle names it
+
+struct StepMark {
+  bool open = false;
+};
+
+class TraceRecording final : public alloc::Listener {
+ public:
+  explicit TraceRecording(std::string path) : path_(std::move(path)), recorder_(1u << 20) {
+    if (!state().tap.attach(Tap::kTrace, this))
+      throw Unsupported("a trace is already being recorded (one at a time): stop it first");
+    active_ = true;
+  }
+  ~TraceRecording() override {
+    if (active_) state().tap.detach(Tap::kTrace, this);
+  }
+  void on_event(const alloc::Event& e) noexcept override { recorder_.on_event(e); }
+  std::shared_ptr<trace::Trace> stop() {
+    if (!active_) throw InvalidInput("the trace recording was already stopped");
+    state().tap.detach(Tap::kTrace, this);
+    active_ = false;
+    auto t = std::make_shared<trace::Trace>(trace::from_recorder(recorder_, path_));
+    trace::write_csv(*t, path_);
+    return t;
+  }
+  bool active() const { return active_; }
+
+ private:
+  std::string path_;
+  trace::Recorder recorder_;
+  bool active_ = false;
+};
+
+class Logger final : public alloc::Listener {
+ public:
+  explicit Logger(bool stacks) : stacks_(stacks && modelmem_py_frames_supported() != 0) {
+    sites_.emplace_back();
+  }
+  ~Logger() override { stop(); }
+
+  void start() {
+    require_installed("MemoryLogger");
+    if (active_) throw InvalidInput("this MemoryLogger is already active");
+    if (!state().tap.attach(Tap::kLogger, this))
+      throw Unsupported("another MemoryLogger is active (one at a time)");
+    active_ = true;
+  }
+  void stop() {
+    if (!active_) return;
+    state().tap.detach(Tap::kLogger, this);
+    active_ = false;
+  }
+
+  void on_event(const alloc::Event& e) noexcept override {
+    try {
+      std::uint32_t site = 0;
+      if (e.kind == EventKind::kAlloc && stacks_) {
+        modelmem_py_frame f;
+        if (modelmem_py_caller(&f) != 0) site = site_of(f);
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (e.kind == EventKind::kMark && e.label != nullptr) site = intern_locked(e.label);
+      records_.push_back({e.kind, e.time_ns, e.address, e.size, e.stream, e.pool, e.thread, site});
+    } catch (...) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  std::shared_ptr<trace::Trace> to_trace() const {
+    auto t = std::make_shared<trace::Trace>();
+    t->name = "MemoryLogger";
+    std::lock_guard<std::mutex> lock(mutex_);
+    t->events.reserve(records_.size());
+    for (const Record& r : records_)
+      t->events.push_back(
+          {r.kind, r.time_ns, r.address, r.size, r.stream, r.pool, r.thread, sites_[r.site], 0});
+    t->dropped = dropped_.load();
+    return t;
+  }
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+  bool active() const { return active_; }
+  bool stacks() const { return stacks_; }
+
+ private:
+  struct Record {
+    EventKind kind;
+    std::uint64_t time_ns;
+    std::uintptr_t address;
+    std::size_t size;
+    alloc::Stream stream;
+    std::uint32_t pool;
+    std::uint64_t thread;
+    std::uint32_t site;
+  };
+  struct KeyHash {
+    std::size_t operator()(const std::pair<const void*, int>& k) const noexcept {
+      return std::hash<const void*>()(k.first) ^
+             (static_cast<std::size_t>(k.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::uint32_t site_of(const modelmem_py_frame& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto key = std::make_pair(f.code, f.lasti);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    char text[256];
+    modelmem_py_describe(&f, text, sizeof text);
+    std::uint32_t id = intern_locked(text);
+    cache_.emplace(key, id);
+    return id;
+  }
+  std::uint32_t intern_locked(const std::string& s) {
+    auto [it, inserted] = site_ids_.try_emplace(s, static_cast<std::uint32_t>(sites_.size()));
+    if (inserted) sites_.push_back(s);
+    return it->second;
+  }
+
+  const bool stacks_;
+  bool active_ = false;
+  mutable std::mutex mutex_;
+  std::vector<Record> records_;
+  std::vector<std::string> sites_;
+  std::unordered_map<std::string, std::uint32_t> site_ids_;
+  std::unordered_map<std::pair<const void*, int>, std::uint32_t, KeyHash> cache_;
+  std::atomic<std::uint64_t> dropped_{0};
+};
+
+#ifdef MODELMEM_PY_TORCH
+void install(const std::string& text) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.allocator) {
+    if (text == s.config) return;
+    throw Unsupported(fmt::format(
+        "modelmem is already PyTorch's CPU allocator with config '{}' (one per process; its "
+        "tensors may still be alive): start a new process for '{}'",
+        s.config, text));
+  }
+  auto allocator = build_allocator(text);
+  allocator->set_listener(&s.tap);
+  modelmem::torch::install(allocator);
+  s.allocator = allocator;
+  s.config = text;
+  s.registration = monitor::publish(allocator, {"torch-cpu", "cpu", "", 0});
+}
+
+void route(const std::shared_ptr<alloc::Allocator>& a) {
+  modelmem::torch::set_thread_allocator(a);
+}
+std::shared_ptr<alloc::Allocator> current_route() {
+  return modelmem::torch::thread_allocator();
+}
+void begin_step() {
+  modelmem::torch::begin_step();
+}
+void end_step() {
+  modelmem::torch::end_step();
+}
+#else
+[[noreturn]] void no_torch() {
+  throw Unsupported(
+      "this modelmem was built without libtorch (Debian's libtorch-dev): "
+      "modelmem.torch is not available");
+}
+void install(const std::string&) {
+  no_torch();
+}
+void route(const std::shared_ptr<alloc::Allocator>&) {
+  no_torch();
+}
+std::shared_ptr<alloc::Allocator> current_route() {
+  return nullptr;
+}
+void begin_step() {
+  no_torch();
+}
+void end_step() {
+  no_torch();
+}
+#endif
+
+std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota) {
+  if (name.empty() || name.size() > 31)
+    throw InvalidInput(fmt::format("pool name '{}': 1 to 31 characters", name));
+  for (char c : name)
+    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e || c == ',')
+      throw InvalidInput(
+          fmt::format("pool name '{}': printable characters, no spaces or commas", name));
+  std::optional<std::size_t> q;
+  if (!quota.is_none()) {
+    if (!py::isinstance<py::int_>(quota) || py::isinstance<py::bool_>(quota) ||
+        quota.cast<py::int_>() < py::int_(1))
+      throw InvalidInput(
+          fmt::format("pool '{}': quota must be a positive number of bytes or None", name));
+    q = quota.cast<std::size_t>();
+  }
+  require_installed("modelmem.pool");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (auto it = s.pools.find(name); it != s.pools.end()) {
+    if (it->second->quota != q)
+      throw InvalidInput(
+          fmt::format("pool '{}' exists with quota {}; asked for {}", name,
+                      it->second->quota ? std::to_string(*it->second->quota) : "None",
+                      q ? std::to_string(*q) : "None"));
+    return it->second;
+  }
+  auto p = std::make_shared<Pool>();
+  p->name = name;
+  p->quota = q;
+  p->upstream = build_allocator(s.config);
+  p->upstream->set_listener(&s.tap);
+  if (q) {
+    alloc::QuotaOptions o;
+    o.name = name;
+    o.quota = *q;
+    p->adaptor = std::make_shared<alloc::QuotaAdaptor>(p->upstream, o);
+    p->allocator = p->adaptor;
+  } else {
+    p->allocator = p->upstream;
+  }
+  p->registration = monitor::publish(p->allocator, {name, "cpu", "", q.value_or(0)});
+  s.pools.emplace(name, p);
+  return p;
+}
+
+std::string report_text() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.allocator) return "modelmem is not PyTorch's CPU allocator in this process\n";
+  auto line = [](const char* what, const alloc::Counter& c) {
+    return fmt::format("{:<14} current {:>12}, peak {:>12}\n", what, format_bytes(c.current),
+                       format_bytes(c.peak));
+  };
+  auto block = [&](const std::string& title, const alloc::Allocator& a) {
+    alloc::Stats st = a.stats();
+    std::string out = fmt::format("{}: {}\n", title, a.describe());
+    out += line("allocated", st.allocated_bytes.all);
+    out += line("reserved", st.reserved_bytes.all);
+    out += line("requested", st.requested_bytes.all);
+    out += fmt::format("{:<14} {} handed out, {} live\n", "blocks", st.allocation.all.allocated,
+                       st.allocation.all.current);
+    out += fmt::format("{:<14} {} allocations, {} frees from the OS; {} OOMs, {} retries\n",
+                       "device calls", st.num_device_alloc, st.num_device_free, st.num_ooms,
+                       st.num_alloc_retries);
+    if (const auto* planned = dynamic_cast<const alloc::PlannedAllocator*>(&a)) {
+      alloc::PlannedStats ps = planned->planned_stats();
+      out += fmt::format(
+          "{:<14} {} steps, {} plans made, arena {}; {} requests from the arena, "
+          "{} missed, {} outside the plans\n",
+          "planned", ps.steps, ps.plans_made, format_bytes(ps.arena_size), ps.hits, ps.misses,
+          ps.unplanned);
+    }
+    for (const auto& w : st.warnings) out += fmt::format("{:<14} {}\n", "warning", w);
+    return out;
+  };
+  std::string out = fmt::format("modelmem CPU allocator for PyTorch (config '{}')\n", s.config);
+  out += block("default", *s.allocator);
+  for (const auto& [name, p] : s.pools) {
+    std::string title = "pool " + name;
+    if (p->adaptor)
+      title += fmt::format(" (quota {}, used {}, peak {})", format_bytes(*p->quota),
+                           format_bytes(p->adaptor->used()), format_bytes(p->adaptor->peak_used()));
+    out += block(title, *p->allocator);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_torch(py::module_& m) {
+#ifdef MODELMEM_PY_TORCH
+  m.attr("_have_torch") = true;
+#else
+  m.attr("_have_torch") = false;
+#endif
+  m.def("_install_cpu_allocator", &install, py::arg("config"));
+  m.def("_installed_config", [] {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.allocator ? py::object(py::str(s.config)) : py::object(py::none());
+  });
+  m.def(
+      "_stats",
+      [](const std::string& pool) {
+        if (pool.empty()) {
+          require_installed("stats()");
+          return stats_dict(state().allocator->stats());
+        }
+        std::shared_ptr<Pool> p;
+        {
+          std::lock_guard<std::mutex> lock(state().mutex);
+          auto it = state().pools.find(pool);
+          if (it == state().pools.end()) throw InvalidInput(fmt::format("no pool '{}'", pool));
+          p = it->second;
+        }
+        return stats_dict(p->allocator->stats());
+      },
+      py::arg("pool") = "");
+  m.def("_report", &report_text);
+  m.def("_describe", [] {
+    require_installed("describe()");
+    return state().allocator->describe();
+  });
+  m.def("_begin_step", [] {
+    require_installed("step()");
+    begin_step();
+  });
+  m.def("_end_step", [] {
+    require_installed("step()");
+    end_step();
+  });
+
+  py::class_<TraceRecording>(m, "TraceRecording",
+                             "Records every allocator event until stop(); then writes the CSV.")
+      .def_property_readonly("active", &TraceRecording::active)
+      .def("stop", &TraceRecording::stop,
+           "Stops recording, writes the trace CSV, returns the Trace.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](TraceRecording& r, py::object, py::object, py::object) {
+        if (r.active()) r.stop();
+        return false;
+      });
+  m.def(
+      "_trace",
+      [](const std::string& path) {
+        require_installed("trace()");
+        if (path.empty()) throw InvalidInput("trace(path): a file name is needed");
+        return std::make_unique<TraceRecording>(path);
+      },
+      py::arg("path"));
+
+  py::class_<Pool, std::shared_ptr<Pool>>(m, "Pool", R"(A named per-model pool: `with pool:` routes
+the current thread's PyTorch CPU allocations to it. A request beyond the quota fails with
+PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
+      .def_readonly("name", &Pool::name)
+      .def_readonly("quota", &Pool::quota, "bytes, or None")
+      .def_property_readonly(
+          "used",
+          [](const Pool& p) -> std::size_t {
+            return p.adaptor
+                       ? p.adaptor->used()
+                       : static_cast<std::size_t>(p.allocator->stats().allocated_bytes.all.current);
+          },
+          "bytes held now")
+      .def_property_readonly(
+          "peak_used",
+          [](const Pool& p) -> std::size_t {
+            return p.adaptor
+                       ? p.adaptor->peak_used()
+                       : static_cast<std::size_t>(p.allocator->stats().allocated_bytes.all.peak);
+          })
+      .def(
+          "stats", [](const Pool& p) { return stats_dict(p.allocator->stats()); },
+          "PyTorch memory_stats() keys for this pool.")
+      .def("__enter__",
+           [](std::shared_ptr<Pool> p) {
+             t_previous_routes.push_back(current_route());
+             route(p->allocator);
+             return p;
+           })
+      .def("__exit__",
+           [](Pool&, py::object, py::object, py::object) {
+             std::shared_ptr<alloc::Allocator> prev;
+             if (!t_previous_routes.empty()) {
+               prev = std::move(t_previous_routes.back());
+               t_previous_routes.pop_back();
+             }
+             route(prev);
+             return false;
+           })
+      .def("__repr__", [](const Pool& p) {
+        return fmt::format("<modelmem.Pool {} quota={}>", p.name,
+                           p.quota ? std::to_string(*p.quota) : "None");
+      });
+  m.def("pool", &get_pool, py::arg("name"), py::arg("quota") = py::none(),
+        R"(The per-model pool `name` (created on first use with `quota` bytes, or no quota with
+None), as a context manager: `with modelmem.pool("bert", quota=2 << 30): model(x)` routes the
+current thread's PyTorch CPU allocations to it. Needs modelmem.torch.use_cpu_allocator() first.
+The pool is built from the same config string; it shows in modelmem.info() and `modelmem info`.)");
+
+  py::class_<Logger>(m, "MemoryLogger", R"(Records every allocation and free made through modelmem
+while active (`with modelmem.MemoryLogger() as log:`), each allocation with its Python caller
+(file:line function, the innermost frame outside torch and modelmem) when stacks=True.)")
+      .def(py::init<bool>(), py::arg("stacks") = true)
+      .def("__enter__",
+           [](py::object self) {
+             self.cast<Logger&>().start();
+             return self;
+           })
+      .def("__exit__",
+           [](Logger& l, py::object, py::object, py::object) {
+             l.stop();
+             return false;
+           })
+      .def("start", &Logger::start)
+      .def("stop", &Logger::stop)
+      .def_property_readonly("active", &Logger::active)
+      .def_property_readonly("stacks", &Logger::stacks, "whether Python callers are recorded")
+      .def("__len__", &Logger::size)
+      .def("trace", &Logger::to_trace, "The recorded events as a modelmem.Trace.")
+      .def(
+          "save",
+          [](const Logger& l, const std::string& path) { trace::write_csv(*l.to_trace(), path); },
+          py::arg("path"), "Writes the recorded events as a trace CSV (sites in the label column).")
+      .def(
+          "analyze",
+          [](const Logger& l, const std::string& solver, double time_limit) {
+            return analyze_trace(*l.to_trace(), solver, time_limit);
+          },
+          py::arg("solver") = "", py::arg("time_limit") = 2.0,
+          "Trace.analyze() of the recorded events, with the top allocation sites.");
+}
+
+}  // namespace modelmem::python

@@ -1,0 +1,215 @@
+"""modelmem.torch, modelmem.pool and modelmem.MemoryLogger with Debian's PyTorch (CPU). Each test
+runs its script in a fresh python3: modelmem's CPU allocator is one per process."""
+import os
+import textwrap
+
+import pytest
+
+import modelmem
+from conftest import SOURCE, needs_torch, run_python
+
+
+def check(code, **kw):
+    r = run_python(textwrap.dedent(code), **kw)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def test_without_torch_allocator_pool_and_logger_say_what_they_need():
+    with pytest.raises(modelmem.UnsupportedError, match="use_cpu_allocator"):
+        modelmem.pool("early", 1 << 20)
+    with pytest.raises(modelmem.UnsupportedError, match="use_cpu_allocator"):
+        with modelmem.MemoryLogger():
+            pass
+
+
+@needs_torch
+def test_cpu_allocator_stats_report_steps_and_trace(tmp_path):
+    out = check(f"""
+        import torch, modelmem, modelmem.torch as mt
+        before = torch.ones(1000)          # made by PyTorch's own allocator
+        h = mt.use_cpu_allocator("strategy:caching")
+        x = torch.empty(1 << 20)
+        s = h.stats()
+        assert s["allocated_bytes.all.current"] >= 4 << 20, s
+        assert s["reserved_bytes.all.peak"] >= s["allocated_bytes.all.current"]
+        for k in ("num_alloc_retries", "num_ooms", "allocation.all.current",
+                  "requested_bytes.large_pool.peak", "segment.all.current"):
+            assert k in s, k
+        with h.step():
+            y = x * 2
+        del before                          # freed by its own deleter
+        with h.trace({str(tmp_path / 't.csv')!r}) as rec:
+            z = torch.zeros(1000)
+            del z
+        t = modelmem.Trace.load({str(tmp_path / 't.csv')!r})
+        assert len(t) >= 2, len(t)
+        assert "caching" in h.report() and "allocated" in h.report()
+        assert "caching" in h.describe()
+        assert mt.use_cpu_allocator("strategy:caching").config == "strategy:caching"
+        try:
+            mt.use_cpu_allocator("strategy:planned")
+        except modelmem.UnsupportedError as e:
+            assert "already" in str(e)
+        else:
+            raise AssertionError("second config accepted")
+        try:
+            h.trace("")
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("empty path accepted")
+        me = [p for p in modelmem.info() if p["pid"] == __import__("os").getpid()]
+        assert me and me[0]["pools"][0]["name"] == "torch-cpu", me
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@needs_torch
+def test_bad_config_for_the_cpu_allocator():
+    out = check("""
+        import modelmem, modelmem.torch as mt
+        try:
+            mt.use_cpu_allocator("strategy:wrong")
+        except modelmem.ConfigError as e:
+            assert "strategy" in str(e)
+            print("config error")
+        try:
+            mt.use_cpu_allocator(7)
+        except ValueError:
+            print("value error")
+    """)
+    assert out.split() == ["config", "error", "value", "error"]
+
+
+@needs_torch
+def test_planned_arena_makes_no_os_calls_in_steady_steps():
+    out = check("""
+        import torch, modelmem.torch as mt
+        h = mt.use_cpu_allocator("strategy:planned,planned_steps:marked")
+        w = torch.randn(256, 256)
+        def work():
+            a = torch.randn(64, 256) @ w
+            b = torch.relu(a) @ w
+            return float(b.sum())
+        def step():
+            with h.step():
+                return work()    # every tensor of the step dies inside it
+        for _ in range(5):
+            step()
+        before = h.stats()["num_device_alloc"]
+        for _ in range(5):
+            step()
+        print(h.stats()["num_device_alloc"] - before)
+        assert "plans made" in h.report() and "from the arena" in h.report()
+    """)
+    assert out.strip() == "0"
+
+
+@needs_torch
+def test_pools_with_quotas():
+    out = check("""
+        import torch, modelmem, modelmem.torch as mt
+        mt.use_cpu_allocator("strategy:caching")
+        with modelmem.pool("small", quota=8 << 20) as p:
+            x = torch.empty(1 << 20)         # 4 MiB: fits
+            assert p.used >= 4 << 20, p.used
+            try:
+                y = torch.empty(2 << 20)     # 8 MiB more: over the quota
+            except RuntimeError as e:
+                msg = str(e)
+                assert "small" in msg and "quota" in msg, msg
+                print("quota breach")
+        assert modelmem.pool("small", quota=8 << 20) is not None
+        free = torch.empty(4 << 20)          # outside the pool: no quota
+        big = modelmem.pool("big")
+        with big:
+            z = torch.empty(4 << 20)
+        assert big.quota is None and big.stats()["allocated_bytes.all.current"] >= 16 << 20
+        del x                                # freed after its pool was left
+        assert p.used == 0, p.used
+        for bad in [("small", 1 << 20), ("", None), ("a b", None), ("q", 0), ("q", -5), ("q", "1")]:
+            try:
+                modelmem.pool(*bad)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(bad)
+        names = {q["name"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
+                 for q in proc["pools"]}
+        assert names["small"]["budget"] == 8 << 20 and "big" in names, names
+        print("ok")
+    """)
+    assert out.split() == ["quota", "breach", "ok"]
+
+
+@needs_torch
+def test_memory_logger_records_python_callers(tmp_path):
+    out = check(f"""
+        import torch, modelmem, modelmem.torch as mt
+        mt.use_cpu_allocator("strategy:caching")
+        def make():
+            return torch.empty(1 << 18)      # the line MemoryLogger should name
+        with modelmem.MemoryLogger() as log:
+            keep = [make() for _ in range(10)]
+            del keep
+        assert log.stacks and len(log) >= 20, len(log)
+        a = log.analyze()
+        top = a.sites[0]
+        assert top.site == "<string>:5 make" and top.allocs == 10, a.sites
+        log.save({str(tmp_path / 'log.csv')!r})
+        t = modelmem.Trace.load({str(tmp_path / 'log.csv')!r})
+        assert t.analyze().sites[0].site == top.site
+        assert len(log.trace()) == len(log)
+        try:
+            with modelmem.MemoryLogger(), modelmem.MemoryLogger():
+                pass
+        except modelmem.UnsupportedError as e:
+            assert "another MemoryLogger" in str(e)
+        else:
+            raise AssertionError("two loggers")
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@needs_torch
+def test_cuda_and_npu_allocators_say_what_is_missing():
+    out = check("""
+        import modelmem, modelmem.torch as mt
+        try:
+            mt.cuda_allocator("strategy:caching")
+        except modelmem.CudaAllocatorUnavailable as e:
+            assert isinstance(e, NotImplementedError)
+            print(e)
+        try:
+            mt.npu_allocator()
+        except modelmem.NpuAllocatorUnavailable as e:
+            assert isinstance(e, NotImplementedError)
+            print(e)
+    """)
+    import torch
+    if torch.__version__ < "2":
+        assert "PyTorch 2.0 or later" in out and torch.__version__ in out
+    assert "libmodelmem_npu_alloc.so" in out or "torch_npu" in out
+
+
+def test_package_installs_into_a_prefix(tmp_path):
+    from conftest import BUILD
+    import subprocess
+    import sys
+    r = subprocess.run(["cmake", "--install", BUILD, "--prefix", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = tmp_path / "lib" / ver / "dist-packages"
+    assert (site / "modelmem" / "__init__.pyi").exists()
+    env = dict(os.environ, PYTHONPATH=str(site))
+    r = subprocess.run([sys.executable, "-c",
+                        "import modelmem; print(modelmem.__file__); "
+                        "print(modelmem.solve([(8, 0, 1)]).arena_bytes)"],
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    path, arena = r.stdout.split()
+    assert path.startswith(str(site)) and arena == "8"
