@@ -158,12 +158,11 @@ class Logger final : public alloc::Listener {
 
   void on_event(const alloc::Event& e) noexcept override {
     try {
+      modelmem_py_frame f{nullptr, 0};
+      const bool framed = e.kind == EventKind::kAlloc && stacks_ && modelmem_py_caller(&f) != 0;
+      std::lock_guard<std::mutex> lock(mutex_);  // one lock per event
       std::uint32_t site = 0;
-      if (e.kind == EventKind::kAlloc && stacks_) {
-        modelmem_py_frame f;
-        if (modelmem_py_caller(&f) != 0) site = site_of(f);
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
+      if (framed) site = site_of_locked(f);
       if (e.kind == EventKind::kMark && e.label != nullptr) site = intern_locked(e.label);
       records_.push_back({e.kind, e.time_ns, e.address, e.size, e.stream, e.pool, e.thread, site});
     } catch (...) {
@@ -206,8 +205,7 @@ class Logger final : public alloc::Listener {
              (static_cast<std::size_t>(k.second) * 0x9e3779b97f4a7c15ull);
     }
   };
-  std::uint32_t site_of(const modelmem_py_frame& f) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  std::uint32_t site_of_locked(const modelmem_py_frame& f) {
     auto key = std::make_pair(f.code, f.lasti);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;

@@ -337,8 +337,10 @@ class Converter {
           break;
       }
       const auto t = static_cast<std::uint64_t>(*e.time_us * 1000.0);
-      trace.events.push_back({kind, t, kind == EventKind::kOom ? 0 : e.addr, e.size, e.stream,
-                              e.device, 0, e.label, 0});
+      const bool no_address = kind == EventKind::kOom || kind == EventKind::kMark;
+      trace.events.push_back({kind, t, no_address ? 0 : e.addr,
+                              kind == EventKind::kMark ? 0 : e.size, e.stream, e.device, 0, e.label,
+                              0});
     }
     for (const auto& [action, count] : skipped_actions_)
       trace.warnings.push_back(fmt::format("{}: skipped {} entr{} of unknown action '{}'", name_,
