@@ -140,8 +140,10 @@ def _find_library(name, env):
     if path:
         return path if os.path.exists(path) else None
     here = os.path.dirname(os.path.abspath(__file__))
-    for d in (here, os.path.join(here, "..", ".."), os.path.join(here, "..", "..", "..", "lib"),
-              "/usr/local/lib", "/usr/lib"):
+    # The package's folder, the build tree (build/python/modelmem -> build/), the installed
+    # prefix's library folder (PREFIX/lib/python3.X/dist-packages/modelmem -> PREFIX/lib/).
+    for d in (here, os.path.join(here, "..", ".."), os.path.join(here, "..", "..", ".."),
+              "/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib"):
         p = os.path.normpath(os.path.join(d, name))
         if os.path.exists(p):
             return p

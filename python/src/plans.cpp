@@ -152,9 +152,10 @@ std::optional<model::BucketSpec> buckets_of(const py::object& buckets) {
   throw InvalidInput("buckets: expected 'DIM=V1,V2,...' or {'DIM': [V1, V2, ...]}");
 }
 
-Plan plan_model(const std::string& path, const py::object& dims, const py::object& dtype,
+Plan plan_model(const std::filesystem::path& fpath, const py::object& dims, const py::object& dtype,
                 const std::string& order, const py::object& buckets, const std::string& solver,
                 double time_limit) {
+  const std::string path = fpath.string();
   model::LoadOptions load;
   load.dims = dims_of(dims);
   std::optional<model::BucketSpec> spec = buckets_of(buckets);
@@ -320,11 +321,14 @@ void bind_plans(py::module_& m) {
       .def_readonly("buckets", &Plan::buckets, "list of BucketPlan (plan(..., buckets=...))")
       .def(
           "to_json",
-          [](const Plan& p, const std::string& path) { write_text(path, plan_json_text(p)); },
+          [](const Plan& p, const std::filesystem::path& fpath) {
+            write_text(fpath.string(), plan_json_text(p));
+          },
           py::arg("path"), "Writes the plan as JSON (for a model: the file the plan: key reads).")
       .def(
           "to_html",
-          [](const Plan& p, const std::string& path) {
+          [](const Plan& p, const std::filesystem::path& fpath) {
+            const std::string path = fpath.string();
             if (!p.graph)
               throw Unsupported(
                   "Plan.to_html draws a model's plan (modelmem.plan()); a plan from "

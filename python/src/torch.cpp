@@ -3,6 +3,7 @@
 // records each allocation with its Python caller. The allocator lives in integrations/libtorch.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <atomic>
 #include <map>
@@ -507,7 +508,9 @@ while active (`with modelmem.MemoryLogger() as log:`), each allocation with its 
       .def("trace", &Logger::to_trace, "The recorded events as a modelmem.Trace.")
       .def(
           "save",
-          [](const Logger& l, const std::string& path) { trace::write_csv(*l.to_trace(), path); },
+          [](const Logger& l, const std::filesystem::path& fpath) {
+            trace::write_csv(*l.to_trace(), fpath);
+          },
           py::arg("path"), "Writes the recorded events as a trace CSV (sites in the label column).")
       .def(
           "analyze",

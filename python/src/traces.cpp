@@ -198,7 +198,8 @@ first malformed line instead of skipping it with a warning.)")
           "Runs the trace through the allocator a config string builds; returns its statistics.")
       .def(
           "to_perfetto",
-          [](const trace::Trace& t, const std::string& path) {
+          [](const trace::Trace& t, const std::filesystem::path& fpath) {
+            const std::string path = fpath.string();
             auto out = open_out(path);
             trace::write_perfetto_json(t, out);
             finish(out, path);
@@ -206,7 +207,8 @@ first malformed line instead of skipping it with a warning.)")
           py::arg("path"), "Writes Chrome / Perfetto trace-event JSON (ui.perfetto.dev).")
       .def(
           "to_html",
-          [](const trace::Trace& t, const std::string& path, std::size_t max_blocks) {
+          [](const trace::Trace& t, const std::filesystem::path& fpath, std::size_t max_blocks) {
+            const std::string path = fpath.string();
             auto out = open_out(path);
             trace::VizOptions o;
             o.max_blocks = max_blocks;
@@ -216,7 +218,10 @@ first malformed line instead of skipping it with a warning.)")
           py::arg("path"), py::arg("max_blocks") = 200000,
           "Writes the self-contained HTML viewer (`modelmem viz`); sites show on hover.")
       .def(
-          "save", [](const trace::Trace& t, const std::string& path) { trace::write_csv(t, path); },
+          "save",
+          [](const trace::Trace& t, const std::filesystem::path& fpath) {
+            trace::write_csv(t, fpath);
+          },
           py::arg("path"), "Writes the modelmem trace CSV.")
       .def("__repr__", [](const trace::Trace& t) {
         return fmt::format(

@@ -138,7 +138,7 @@ def test_plan_a_model(tmp_path):
     assert "arena" in r and "lower bound" in r and len(r.splitlines()) < 25
     p.to_json(str(tmp_path / "plan.json"))
     assert json.loads((tmp_path / "plan.json").read_text())["arena_bytes"] == p.arena_bytes
-    p.to_html(str(tmp_path / "plan.html"))
+    p.to_html(tmp_path / "plan.html")  # a pathlib.Path works as well as a str
     assert "<svg" in (tmp_path / "plan.html").read_text() or "<canvas" in (tmp_path / "plan.html").read_text()
     half = modelmem.plan(os.path.join(MODELS, "resnet50.onnx"), dims=["batch=1"], dtype="fp16",
                          order="memory", solver="greedy-size")

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 import modelmem
-from conftest import SOURCE, needs_torch, run_python
+from conftest import CLI, SOURCE, needs_torch, run_python
 
 
 def check(code, **kw):
@@ -109,7 +109,7 @@ def test_planned_arena_makes_no_os_calls_in_steady_steps():
 
 @needs_torch
 def test_pools_with_quotas():
-    out = check("""
+    out = check(f"""
         import torch, modelmem, modelmem.torch as mt
         mt.use_cpu_allocator("strategy:caching")
         with modelmem.pool("small", quota=8 << 20) as p:
@@ -136,9 +136,12 @@ def test_pools_with_quotas():
                 pass
             else:
                 raise AssertionError(bad)
-        names = {q["name"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
-                 for q in proc["pools"]}
+        names = {{q["name"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
+                  for q in proc["pools"]}}
         assert names["small"]["budget"] == 8 << 20 and "big" in names, names
+        import subprocess
+        cli = subprocess.run([{CLI!r}, "info"], capture_output=True, text=True).stdout
+        assert "small" in cli and "big" in cli and "torch-cpu" in cli, cli
         print("ok")
     """)
     assert out.split() == ["quota", "breach", "ok"]
@@ -199,7 +202,8 @@ def test_package_installs_into_a_prefix(tmp_path):
     from conftest import BUILD
     import subprocess
     import sys
-    r = subprocess.run(["cmake", "--install", BUILD, "--prefix", str(tmp_path)],
+    r = subprocess.run(["cmake", "--install", BUILD, "--prefix", str(tmp_path), "--component",
+                        "python"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"

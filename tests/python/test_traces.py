@@ -24,7 +24,7 @@ def test_load_analyze_replay_export_a_shared_trace(tmp_path):
     assert planned["allocs"] == 2 * a.summary["allocs"]
     t.to_perfetto(str(tmp_path / "t.json"))
     assert "traceEvents" in json.loads((tmp_path / "t.json").read_text())
-    t.to_html(str(tmp_path / "t.html"))
+    t.to_html(tmp_path / "t.html")
     assert "modelmem trace" in (tmp_path / "t.html").read_text()
     t.save(str(tmp_path / "t.csv"))
     assert len(modelmem.Trace.load(str(tmp_path / "t.csv"))) == len(t)
