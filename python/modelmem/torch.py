@@ -117,22 +117,25 @@ def cuda_allocator(config="strategy:caching"):
 
 
 def npu_allocator(config="strategy:caching"):
-    """The same for Ascend NPUs through torch_npu's pluggable allocator, once modelmem's NPU
-    library (integrations/npu/, libmodelmem_npu_alloc.so) exists. Raises NpuAllocatorUnavailable
-    naming what is missing."""
+    """A torch_npu.npu.memory.NPUPluggableAllocator over libmodelmem_npu_alloc.so, configured by
+    `config` (MODELMEM_ALLOC_CONF; e.g. "device:npu,strategy:caching,expandable_segments:True").
+    Pass it to torch_npu.npu.memory.change_current_allocator before the first NPU allocation.
+    Raises NpuAllocatorUnavailable (an UnsupportedError) naming what is missing: the library, or
+    torch_npu with its pluggable allocator. ConfigError for a bad string, before anything is set."""
     lib = _find_library("libmodelmem_npu_alloc.so", "MODELMEM_NPU_ALLOC_LIB")
     if lib is None:
         raise NpuAllocatorUnavailable(
-            "modelmem.torch.npu_allocator: this modelmem has no NPU library "
-            "(libmodelmem_npu_alloc.so, built from integrations/npu/ with the CANN toolkit)")
+            "modelmem.torch.npu_allocator: libmodelmem_npu_alloc.so not found (built from "
+            "integrations/npu/ by the normal build; or set MODELMEM_NPU_ALLOC_LIB to its path)")
     try:
-        import torch_npu  # noqa: F401
+        from torch_npu.npu.memory import NPUPluggableAllocator
     except ImportError:
         raise NpuAllocatorUnavailable(
-            "modelmem.torch.npu_allocator needs torch_npu (Ascend's PyTorch adapter)") from None
-    raise NpuAllocatorUnavailable(
-        "modelmem.torch.npu_allocator: wiring libmodelmem_npu_alloc.so into torch_npu is not "
-        "built yet")
+            "modelmem.torch.npu_allocator needs torch_npu with NPUPluggableAllocator (Ascend's "
+            "PyTorch adapter, torch_npu.npu.memory); it is not installed here") from None
+    _modelmem.config(config)  # ConfigError before anything is set
+    os.environ["MODELMEM_ALLOC_CONF"] = config
+    return NPUPluggableAllocator(lib, "modelmem_npu_alloc", "modelmem_npu_free")
 
 
 def _find_library(name, env):

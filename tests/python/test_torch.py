@@ -217,3 +217,35 @@ def test_package_installs_into_a_prefix(tmp_path):
     assert r.returncode == 0, r.stderr
     path, arena = r.stdout.split()
     assert path.startswith(str(site)) and arena == "8"
+
+
+@needs_torch
+def test_npu_allocator_hands_torch_npu_the_library_and_its_functions(tmp_path):
+    # torch_npu needs Ascend hardware; a stand-in module records what npu_allocator passes to
+    # torch_npu.npu.memory.NPUPluggableAllocator, and the library it names must export both.
+    pkg = tmp_path / "torch_npu" / "npu"
+    pkg.mkdir(parents=True)
+    (tmp_path / "torch_npu" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "memory.py").write_text(textwrap.dedent("""
+        class NPUPluggableAllocator:
+            def __init__(self, path, alloc_fn, free_fn):
+                self.args = (path, alloc_fn, free_fn)
+    """))
+    out = check(f"""
+        import ctypes, os, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import modelmem, modelmem.torch as mt
+        try:
+            mt.npu_allocator("device:npu,bogus_key:1")
+        except modelmem.ConfigError as e:
+            print("config error:", e)
+        a = mt.npu_allocator("device:npu,strategy:caching")
+        path, alloc_fn, free_fn = a.args
+        lib = ctypes.CDLL(path)
+        getattr(lib, alloc_fn), getattr(lib, free_fn)
+        print(os.path.basename(path), alloc_fn, free_fn, os.environ["MODELMEM_ALLOC_CONF"])
+    """)
+    assert "config error:" in out and "bogus_key" in out
+    assert "libmodelmem_npu_alloc.so modelmem_npu_alloc modelmem_npu_free " \
+           "device:npu,strategy:caching" in out
