@@ -39,6 +39,8 @@ json pool_json(const PoolSnapshot& p) {
               {"allocated_bytes_total", p.alloc_bytes_total},
               {"freed_bytes_total", p.free_bytes_total},
               {"segments", p.segments},
+              {"plan_hits", p.plan_hits},
+              {"plan_misses", p.plan_misses},
               {"last_update_ns", p.update_time_ns}};
 }
 
@@ -70,6 +72,7 @@ json to_json(const MachineView& v) {
     for (const PoolSnapshot& s : p.pools) pools.push_back(pool_json(s));
     out["processes"].push_back({{"pid", p.pid},
                                 {"process", p.process_name},
+                                {"command", p.command},
                                 {"segment", p.segment},
                                 {"start_time_ns", p.start_time_ns},
                                 {"last_update_ns", p.update_time_ns},
@@ -227,6 +230,20 @@ std::string to_table(const MachineView& v) {
       out += fmt::format("{:<8} {:<15} ({} more pools not shown: segment full)\n", p.pid,
                          cut(p.process_name, 15), p.pools_dropped);
     }
+  }
+  out += "\nCommands:\n";
+  for (const ProcessSnapshot& p : v.scan.processes)
+    out += fmt::format("  {:<8} {}\n", p.pid, cut(p.command.empty() ? p.process_name : p.command, 100));
+  std::vector<std::string> planned;
+  for (const ProcessSnapshot& p : v.scan.processes)
+    for (const PoolSnapshot& s : p.pools)
+      if (s.strategy == "planned" || s.plan_hits + s.plan_misses > 0)
+        planned.push_back(fmt::format("pid {} pool {}: {} hits, {} misses; peak reserved {}",
+                                      p.pid, s.name, s.plan_hits, s.plan_misses,
+                                      short_bytes(s.peak_reserved)));
+  if (!planned.empty()) {
+    out += "\nPlanned arenas:\n";
+    for (const auto& line : planned) out += "  " + line + "\n";
   }
   if (!warnings.empty()) {
     out += "\nFallback warnings:\n";

@@ -1,7 +1,10 @@
 // `modelmem run [options] -- PROGRAM [ARGS...]`: runs a program under libmodelmem_preload.so,
-// optionally composed with a small-object allocator preloaded after it, with the configuration
-// checked before the program starts (a bad string is an error here, not a silently disabled
-// library in the program's stderr).
+// optionally composed with a small-object allocator preloaded after it. Before the program
+// starts, the stack the library would build is built here by the library's own code
+// (preload::preflight): a configuration `modelmem config` rejects, or one the library would
+// refuse (a static pool without a size or larger than memory, fallback:error where the fallback
+// is needed, an unwritable --trace path), is an error here (exit 2), not a library that
+// disables itself inside the program.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include "command.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
+#include "stack.hpp"
 
 namespace fs = std::filesystem;
 
@@ -130,9 +134,11 @@ int run(const Args& args) {
   std::string conf = args.conf;
   if (!args.conf_given) {
     const char* env = std::getenv("MODELMEM_ALLOC_CONF");
-    conf = env != nullptr && *env != '\0' ? env : "strategy:planned";
+    conf = env != nullptr && *env != '\0' ? env : preload::kDefaultConf;
   }
   config::Config parsed = config::parse_config(conf);  // throws InvalidInput naming the key
+  if (std::string why = preload::preflight(conf, args.trace); !why.empty())
+    throw InvalidInput("run: " + why + " (the program was not started)");
   if (parsed.get("strategy") == "system")
     std::fprintf(stderr,
                  "modelmem run: strategy:system leaves every request to the next allocator\n");

@@ -2,18 +2,28 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <errno.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
+#include "modelmem/alloc/pool_router.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/monitor/publisher.hpp"
 
 namespace modelmem::torch {
+
+// Set by install() when the allocator has pools (the C symbols below read it).
+std::atomic<alloc::PoolRouter*> g_router{nullptr};
+
 namespace {
 
 std::atomic<alloc::Allocator*> g_allocator{nullptr};
@@ -81,14 +91,39 @@ struct CpuAllocator final : c10::Allocator {
 
 CpuAllocator g_cpu_allocator;
 
+// The installed allocator in `modelmem info` / `top`: one line per pool with pools, else one
+// named "libtorch". Kept for the process (as the allocator).
+void publish_installed(const std::shared_ptr<alloc::Allocator>& allocator) {
+  auto* keep = new std::vector<monitor::PoolRegistration>();
+  auto add = [&](std::shared_ptr<alloc::Allocator> a, const std::string& name, std::size_t budget) {
+    monitor::PoolInfo info;
+    info.name = name;
+    info.device = "cpu";
+    info.budget = budget;
+    if (auto* q = dynamic_cast<alloc::QuotaAdaptor*>(a.get())) {
+      alloc::Allocator* up = &q->upstream();
+      info.strategy = up->describe().substr(0, up->describe().find_first_of(" :(,"));
+    }
+    keep->push_back(monitor::publish(std::move(a), std::move(info)));
+  };
+  if (auto* router = dynamic_cast<alloc::PoolRouter*>(allocator.get())) {
+    if (router->main()) add(router->main(), "libtorch", 0);
+    for (const auto& p : router->pools()) add(p.allocator, p.name, p.quota);
+  } else {
+    add(allocator, "libtorch", 0);
+  }
+}
+
 }  // namespace
 
 void install(std::shared_ptr<alloc::Allocator> allocator) {
   if (!allocator) throw InvalidInput("modelmem torch: install() needs an allocator");
   // Kept for the process: tensors made by it may be freed at any time, even at exit.
   auto* keep = new std::shared_ptr<alloc::Allocator>(std::move(allocator));
+  g_router.store(dynamic_cast<alloc::PoolRouter*>(keep->get()), std::memory_order_release);
   g_allocator.store(keep->get(), std::memory_order_release);
   c10::SetCPUAllocator(&g_cpu_allocator, /*priority=*/100);
+  publish_installed(*keep);
 }
 
 std::shared_ptr<alloc::Allocator> install(const std::string& config) {
@@ -129,4 +164,55 @@ void end_step() {
   }
 }
 
+void push_pool(const std::string& name) {
+  alloc::PoolRouter* r = g_router.load(std::memory_order_acquire);
+  if (r == nullptr)
+    throw InvalidInput("modelmem torch: no pools configured (pools:[NAME:MiB,...])");
+  r->push_pool(name);
+}
+
+bool pop_pool() noexcept {
+  alloc::PoolRouter* r = g_router.load(std::memory_order_acquire);
+  return r != nullptr && r->pop_pool();
+}
+
 }  // namespace modelmem::torch
+
+// The same C symbols as the LD_PRELOAD library, for programs (or ctypes) that do not link C++.
+extern "C" {
+
+__attribute__((visibility("default"))) int modelmem_step_begin(void) {
+  if (modelmem::torch::installed() == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  modelmem::torch::begin_step();
+  return 0;
+}
+
+__attribute__((visibility("default"))) int modelmem_step_end(void) {
+  if (modelmem::torch::installed() == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  modelmem::torch::end_step();
+  return 0;
+}
+
+__attribute__((visibility("default"))) int modelmem_pool_push(const char* name) {
+  try {
+    modelmem::torch::push_pool(name != nullptr ? name : "");
+    return 0;
+  } catch (const std::exception&) {
+    errno = modelmem::torch::g_router.load() == nullptr ? ENODEV : ENOENT;
+    return -1;
+  }
+}
+
+__attribute__((visibility("default"))) int modelmem_pool_pop(void) {
+  if (modelmem::torch::pop_pool()) return 0;
+  errno = EINVAL;
+  return -1;
+}
+
+}  // extern "C"

@@ -15,7 +15,8 @@
 namespace modelmem::torch {
 
 /// Installs `allocator` for every CPU tensor allocated from now on (priority 100, above
-/// PyTorch's default). Throws InvalidInput for a null allocator.
+/// PyTorch's default), and publishes it to `modelmem info` / `top` (pool "libtorch", or one per
+/// pool). Throws InvalidInput for a null allocator.
 void install(std::shared_ptr<alloc::Allocator> allocator);
 /// Builds the allocator from a config string (as MODELMEM_ALLOC_CONF) and installs it.
 std::shared_ptr<alloc::Allocator> install(const std::string& config);
@@ -34,6 +35,13 @@ std::shared_ptr<alloc::Allocator> thread_allocator();
 /// route when it has one, else to the installed allocator.
 void begin_step();
 void end_step();
+
+/// Per-model pools (pools:[NAME:MiB,...]): the calling thread's later tensors come from pool
+/// `name` until the matching pop_pool() (nested). push_pool throws InvalidInput for an unknown
+/// pool or an allocator without pools; pop_pool returns false when nothing was pushed.
+/// The C symbols modelmem_step_begin/end and modelmem_pool_push/pop do the same (ctypes).
+void push_pool(const std::string& name);
+bool pop_pool() noexcept;
 
 /// Marks one step for its lifetime: { modelmem::torch::Step step; module.forward(inputs); }
 class Step {

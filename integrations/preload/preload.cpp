@@ -46,8 +46,17 @@
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
 #include "small_cache.hpp"
+#include "stack.hpp"
+#include "state.hpp"
 
 namespace modelmem::preload {
+
+std::mutex g_mutex;
+alloc::Allocator* g_alloc = nullptr;
+alloc::PoolRouter* g_router = nullptr;
+Stack* g_stack = nullptr;
+__thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+
 namespace {
 
 enum State : int { kNotReady = 0, kInitialising = 1, kReady = 2, kOff = 3 };
@@ -58,13 +67,11 @@ constexpr std::size_t kMaxAlignment = 256;
 std::atomic<int> g_state{kNotReady};
 std::size_t g_threshold = 64u << 10;
 RegionDevice* g_region = nullptr;
-alloc::Allocator* g_alloc = nullptr;
 alloc::PlannedAllocator* g_planned = nullptr;  // g_alloc when the strategy is planned
 trace::Recorder* g_recorder = nullptr;
 std::string* g_trace_path = nullptr;
 std::string* g_describe = nullptr;
 bool g_report = false;
-std::mutex g_mutex;
 // Requested size of every live block made by modelmem (malloc_usable_size, realloc), whatever
 // the strategy. Its nodes come from the C heap (it is only touched inside modelmem).
 std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
@@ -74,14 +81,9 @@ std::uint64_t g_served = 0;
 // Large requests the strategy refused (out of memory), served by the next allocator instead.
 std::atomic<std::uint64_t> g_large_libc{0};
 
-// Depth of modelmem code on this thread: > 0 means "we are inside modelmem, use the C heap".
-// initial-exec: reading it must not allocate (a dynamic TLS block would call malloc).
-__thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
-
-struct Inside {
-  Inside() { ++t_depth; }
-  ~Inside() { --t_depth; }
-};
+// Set by mm_allocate when it refused a request for a pool's quota: the caller must not give it
+// to the next allocator (the quota would mean nothing then).
+__thread bool t_quota_refused __attribute__((tls_model("initial-exec"))) = false;
 
 // ---- the next allocator
 
@@ -295,9 +297,21 @@ void* mm_allocate(std::size_t size) noexcept {
       g_cache_on.store(true, std::memory_order_release);
     }
     return p;
+  } catch (const QuotaExceeded& e) {
+    t_quota_refused = true;
+    report_quota(e.what());
+    return nullptr;  // the caller returns NULL with ENOMEM
   } catch (...) {
     return nullptr;  // counted in g_large_libc by the caller, which falls back
   }
+}
+
+// After mm_allocate returned nullptr: true (errno ENOMEM) when a quota refused the request.
+inline bool quota_refused() noexcept {
+  if (!t_quota_refused) return false;
+  t_quota_refused = false;
+  errno = ENOMEM;
+  return true;
 }
 
 void mm_free(void* p) noexcept {
@@ -324,6 +338,7 @@ std::size_t mm_size(const void* p) noexcept {
 void* large_malloc(std::size_t size) noexcept {
   void* p = mm_allocate(size);
   if (p == nullptr) {
+    if (quota_refused()) return nullptr;
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
     p = next_malloc(size);
   }
@@ -471,40 +486,42 @@ void start_cache(std::size_t budget) {
     g_cache_pending = true;
 }
 
+// MODELMEM_STRICT=1: a library that cannot serve requests stops the program instead.
+bool strict() {
+  const char* v = std::getenv("MODELMEM_STRICT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 void initialise() noexcept {
   int expected = kNotReady;
   if (!g_state.compare_exchange_strong(expected, kInitialising)) return;
   Inside inside;
   try {
     const char* conf = std::getenv("MODELMEM_ALLOC_CONF");
-    config::Config config = config::parse_config(conf ? conf : "strategy:planned");
-    if (config.get("strategy") == "system") {
+    const char* trace = std::getenv("MODELMEM_TRACE");
+    auto* stack = new Stack(build_stack(conf ? conf : "", trace ? trace : "", false));
+    if (stack->off) {  // strategy:system
+      delete stack;
       g_state.store(kOff, std::memory_order_release);
       return;
     }
-    g_threshold = config.get_size("preload_threshold_kb") << 10;
-    std::size_t reserve = config.get_size("preload_reserve_gb") << 30;
-    g_region =
-        new RegionDevice(reserve, config.get_bool("prefault"), config.get_bool("huge_pages"));
-    // Those two are the region's (host memory) settings, taken here: build() would refuse them
-    // for a device it did not make itself.
-    std::erase_if(config.explicit_keys,
-                  [](const std::string& k) { return k == "huge_pages" || k == "prefault"; });
+    g_stack = stack;  // kept for the process's lifetime: exit handlers may free its memory
+    g_threshold = stack->threshold;
+    g_region = stack->region.get();
     // The C library now sees small requests only: keep its heap top instead of trimming it
     // at 128 KiB (its default), or a steady loop would shrink and regrow it (brk calls and page
     // faults) over and over.
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    device::DevicePtr device(g_region, [](device::Device*) {});  // lives as long as the process
-    config::Built built = config::build(config, device);
-    // Kept for the process's lifetime: memory it handed out may be freed by exit handlers.
-    auto* holder = new std::shared_ptr<alloc::Allocator>(built.allocator);
-    g_alloc = holder->get();
-    g_planned = dynamic_cast<alloc::PlannedAllocator*>(g_alloc);
+    g_alloc = stack->built.allocator.get();
+    g_router = dynamic_cast<alloc::PoolRouter*>(g_alloc);
+    g_planned = dynamic_cast<alloc::PlannedAllocator*>(g_router && g_router->main()
+                                                           ? g_router->main().get()
+                                                           : g_alloc);
     g_describe = new std::string(g_alloc->describe());
     g_sizes = new std::unordered_map<const void*, std::size_t>();
     g_sizes->reserve(4096);
-    if (const char* path = std::getenv("MODELMEM_TRACE"); path != nullptr && *path != '\0') {
-      g_trace_path = new std::string(path);
+    if (trace != nullptr && *trace != '\0') {
+      g_trace_path = new std::string(trace);
       g_recorder = new trace::Recorder(std::size_t{1} << 22);
       g_alloc->set_listener(g_recorder);
       std::atexit(write_trace);
@@ -514,9 +531,15 @@ void initialise() noexcept {
       std::atexit(print_report);
     }
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    start_cache(config.get_size("preload_cache_kb") << 10);
+    start_cache(stack->cache_bytes);
     g_state.store(kReady, std::memory_order_release);
+    publish_pools();  // after pthread_atfork above: the publisher's fork handlers run first
   } catch (const std::exception& e) {
+    if (strict()) {
+      std::fprintf(stderr, "modelmem preload: cannot serve requests (MODELMEM_STRICT=1): %s\n",
+                   e.what());
+      _exit(2);
+    }
     std::fprintf(stderr,
                  "modelmem preload: disabled, every request goes to the next allocator: %s\n",
                  e.what());
@@ -539,6 +562,11 @@ void* aligned(std::size_t alignment, std::size_t size) noexcept {
 }
 
 }  // namespace
+
+bool serving() noexcept {
+  return g_state.load(std::memory_order_acquire) == kReady;
+}
+
 }  // namespace modelmem::preload
 
 using namespace modelmem::preload;
@@ -585,6 +613,7 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
       std::memset(p, 0, total);  // arena memory is reused: not zero
       return p;
     }
+    if (quota_refused()) return nullptr;
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
   } else if (cached_request(total)) {
     void* p = cache_allocate(total, 16);
@@ -623,6 +652,7 @@ __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
   if (size < g_threshold || !ready()) return n->realloc(ptr, size);
   void* q = mm_allocate(size);
   if (q == nullptr) {
+    if (quota_refused()) return nullptr;  // the old block stays valid
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
     return n->realloc(ptr, size);
   }

@@ -99,6 +99,9 @@ struct PlannedAllocator::Impl {
   std::uint64_t since_detection = 0;
   std::size_t big_live = 0;  // live blocks of at least min_size
   bool plan_next_step = false;
+  bool verify_pending = false;    // the period was found in a short history: check it again
+  std::uint64_t next_try = 0;     // after a refused plan: the step from which to try again
+  std::uint64_t backoff = 1;      // steps to wait after the next refusal
 
   std::unordered_map<const void*, Live> live;
   std::size_t live_bytes = 0;
@@ -199,6 +202,7 @@ struct PlannedAllocator::Impl {
     sp.offsets.assign(log.size(), kNoSlot);
     for (std::size_t k = 0; k < index_of.size(); ++k) sp.offsets[index_of[k]] = result.offsets[k];
     sp.arena_size = result.arena_size;
+    if (!worth_it(sp.arena_size)) return;
     // What the fallback cached for the steps served so far is the arena's job from now on:
     // give it back before the arena is taken, so the two never peak together.
     options.fallback->trim();
@@ -220,6 +224,37 @@ struct PlannedAllocator::Impl {
     }
     plans.push_back(std::move(sp));
     count_plan(is_replan);
+  }
+
+  // Whether a plan with an arena of `arena` bytes holds no more than the fallback alone: the
+  // arena plus the step's blocks that outlive it (they stay with the fallback) against the
+  // most the step ever had live at once, or what the fallback holds now when that is more (a
+  // caching fallback keeps what it took). A refused plan is tried again after 1, 2, 4, ...
+  // steps (the solver's time is not spent on every step).
+  bool worth_it(std::size_t arena) {
+    std::vector<std::pair<plan::Time, std::ptrdiff_t>> events;
+    std::size_t outliving = 0;
+    for (const LogEntry& e : log) {
+      events.emplace_back(e.alloc_t, static_cast<std::ptrdiff_t>(e.size));
+      if (e.free_t >= 0)
+        events.emplace_back(e.free_t, -static_cast<std::ptrdiff_t>(e.size));
+      else
+        outliving += e.size;
+    }
+    std::sort(events.begin(), events.end());
+    std::ptrdiff_t live_now = 0, peak = 0;
+    for (const auto& [t, d] : events) peak = std::max(peak, live_now += d);
+    const auto held = static_cast<std::size_t>(
+        std::max<std::int64_t>(0, options.fallback->stats().reserved_bytes.all.current));
+    const std::size_t alone = std::max(static_cast<std::size_t>(peak), held);
+    if (arena + outliving <= alone) {
+      backoff = 1;
+      return true;
+    }
+    pstats.plans_refused++;
+    next_try = pstats.steps + backoff;
+    backoff = std::min<std::uint64_t>(backoff * 2, 1024);
+    return false;
   }
 
   void count_plan(bool is_replan) {
@@ -256,7 +291,8 @@ struct PlannedAllocator::Impl {
       return;
     }
     if (plans.empty()) {
-      if (options.auto_steps || steps_begun > options.warmup_steps) make_plan_from_log(false);
+      if ((options.auto_steps || steps_begun > options.warmup_steps) && pstats.steps >= next_try)
+        make_plan_from_log(false);
       return;
     }
     if (step_mismatch) {
@@ -341,6 +377,19 @@ struct PlannedAllocator::Impl {
     }
     history.push_back(rounded);
     live_at.push_back(big_live);
+    if (period != 0 && verify_pending && history.size() >= options.min_history) {
+      // The period was found in a short history: a layer repeated inside the step can look
+      // like the step there. Look again, now that the history holds enough requests.
+      verify_pending = false;
+      plan::Period again = detect();
+      if (again.found && again.length != 0 && again.length != period) {
+        plans.clear();  // plans of the wrong steps: the next step is planned afresh
+        pstats.plans_kept = 0;
+        consecutive_mismatches = 0;
+        next_try = pstats.steps + 2;  // the step open now was cut by the old period
+        return adopt(again.length);
+      }
+    }
     if (period != 0) {
       if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0)
         return boundary();
@@ -349,16 +398,24 @@ struct PlannedAllocator::Impl {
     // Detection costs O(n * candidates): run it after a batch of new requests proportional to
     // what is remembered, so its cost per request stays constant.
     if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return {};
-    // Too short a history cannot tell a step from one layer repeated inside it.
-    if (history.size() < options.min_history) return {};
+    if (history.size() < options.first_detection) return {};
     since_detection = 0;
+    plan::Period found = detect();
+    if (!found.found || found.length == 0) return {};
+    verify_pending = history.size() < options.min_history;
+    return adopt(found.length);
+  }
+
+  plan::Period detect() const {
     plan::PeriodOptions po;
     po.min_period = options.min_period;
     po.min_repeats = 2;
     po.min_match = 1.0;
-    plan::Period found = plan::detect_period(std::span<const std::uint64_t>(history), po);
-    if (!found.found || found.length == 0) return {};
-    const std::size_t p = found.length;
+    return plan::detect_period(std::span<const std::uint64_t>(history), po);
+  }
+
+  // Steps of `p` requests from now on, beginning where the fewest watched blocks are live.
+  Crossed adopt(std::size_t p) {
     // Begin steps where the fewest watched blocks are live, so few blocks outlive a step.
     const std::size_t n = history.size();
     std::size_t best = n - p;
@@ -387,9 +444,11 @@ PlannedAllocator::PlannedAllocator(PlannedOptions options) {
   if (options.alignment < 16 || (options.alignment & (options.alignment - 1)) != 0)
     throw InvalidInput("planned arena: alignment " + std::to_string(options.alignment) +
                        " is not a power of two >= 16");
-  if (options.history < 2 * options.min_period || options.history < options.min_history)
+  if (options.history < 2 * options.min_period || options.history < options.min_history ||
+      options.first_detection > options.min_history)
     throw InvalidInput(
-        "planned arena: history must hold at least two periods and min_history requests");
+        "planned arena: history must hold at least two periods and min_history requests, "
+        "and first_detection may not exceed min_history");
   if (!options.planner) plan::make_solver(options.solver);  // throws naming a wrong solver
   impl_ = std::make_unique<Impl>(std::move(options));
 }

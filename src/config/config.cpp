@@ -176,6 +176,21 @@ std::string check_roundup(const std::string& key, std::string_view v) {
   return std::string(v);
 }
 
+std::string check_pools(const std::string& key, std::string_view v) {
+  try {
+    parse_pools(v);
+  } catch (const InvalidInput& e) {
+    bad(key, e.what());
+  }
+  return std::string(v);
+}
+
+std::string check_pool_name(const std::string& key, std::string_view v) {
+  if (!valid_pool_name(v))
+    bad(key, "'" + std::string(v) + "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
+  return std::string(v);
+}
+
 struct KeySpec {
   ConfigKey info;
   Check check;
@@ -243,10 +258,11 @@ const std::vector<KeySpec>& key_table() {
       {{"planned_steps", "auto", "auto | marked",
         "planned: steps found from the repeating pattern, or marked by begin_step/end_step"},
        check_steps},
-      {{"planned_fallback", "direct", "direct | caching",
-        "planned: what serves requests outside the plan: direct (one segment per block, "
-        "nothing cached: the smallest footprint) or a caching pool (no device call per "
-        "request, memory kept)"},
+      {{"planned_fallback", "caching", "direct | caching",
+        "planned: what serves requests outside the plan (before the first plan, blocks that "
+        "outlive a step): a caching pool (freed memory reused, no device call per request) or "
+        "direct (one segment per block, nothing cached: the smallest footprint, a page fault "
+        "per touched page of every block)"},
        check_planned_fallback},
       {{"planned_warmup_steps", "1", "whole number",
         "planned: marked steps left to the fallback before the first plan"},
@@ -268,6 +284,14 @@ const std::vector<KeySpec>& key_table() {
         "planned: the arena in 2 MiB pages where the system has them (host: transparent huge "
         "pages); huge_pages:True puts every host segment in them"},
        check_bool},
+      {{"pools", "", "[NAME:MiB,...]",
+        "per-model pools, each with its quota in MiB, each a stack of the strategy on its own "
+        "view of the device; a thread selects one (modelmem_pool_push)"},
+       check_pools},
+      {{"default_pool", "", "pool name",
+        "the pool of requests from threads that selected none (default: the process's own "
+        "stack, no quota)"},
+       check_pool_name},
       {{"preload_threshold_kb", "64", "whole number > 0",
         "LD_PRELOAD library: requests of at least this many KiB go to modelmem, the rest to "
         "the C library"},
@@ -325,9 +349,16 @@ void check_combinations(const Config& c) {
     for (const char* k : {"huge_pages", "prefault"})
       if (has(k)) bad(k, "applies only to host memory (device is " + dev + ")");
 
+  if (has("default_pool")) {
+    if (!has("pools")) bad("default_pool", "needs pools (the pool it names)");
+    bool listed = false;
+    for (const auto& p : parse_pools(c.get("pools"))) listed = listed || p.name == c.get("default_pool");
+    if (!listed)
+      bad("default_pool", "'" + c.get("default_pool") + "' is not one of pools:" + c.get("pools"));
+  }
   if (strategy == "system") {
     for (const char* k :
-         {"device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb", "plan",
+         {"pools", "device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb", "plan",
           "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
           "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault",
           "thread_cache_mb"})
@@ -488,6 +519,47 @@ std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view 
   for (std::size_t i = 1; i < 64 - 20; ++i) {
     unsigned v = table[std::min(i, kIntervals - 1)];
     if (v != table[0]) out[kMiB << i] = v;
+  }
+  return out;
+}
+
+bool valid_pool_name(std::string_view name) {
+  if (name.empty() || name.size() > 47) return false;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::vector<PoolQuota> parse_pools(std::string_view text) {
+  text = trim(text);
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+    throw InvalidInput("expected [NAME:MiB,...], got '" + std::string(text) + "'");
+  std::string_view body = text.substr(1, text.size() - 2);
+  std::vector<PoolQuota> out;
+  std::size_t start = 0;
+  while (start <= body.size()) {
+    std::size_t comma = body.find(',', start);
+    std::string_view entry = trim(body.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    start = comma == std::string_view::npos ? body.size() + 1 : comma + 1;
+    std::size_t colon = entry.find(':');
+    if (colon == std::string_view::npos)
+      throw InvalidInput("entry '" + std::string(entry) + "' is not NAME:MiB");
+    std::string_view name = trim(entry.substr(0, colon));
+    std::string_view mb_text = trim(entry.substr(colon + 1));
+    if (!valid_pool_name(name))
+      throw InvalidInput("'" + std::string(name) +
+                         "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
+    std::size_t mb = 0;
+    if (!parse_uint(mb_text, mb) || mb == 0 || mb > kMaxMb)
+      throw InvalidInput("pool " + std::string(name) + ": quota '" + std::string(mb_text) +
+                         "' is not a whole number of MiB > 0");
+    for (const auto& p : out)
+      if (p.name == name) throw InvalidInput("pool " + std::string(name) + " is named twice");
+    out.push_back(PoolQuota{std::string(name), mb * kMiB});
   }
   return out;
 }

@@ -133,6 +133,7 @@ Built build(const Config& c) {
 }
 
 Built build(const Config& c, device::DevicePtr base) {
+  if (c.has("pools")) return detail::build_pools(c, base);
   Built b;
   const std::string strategy = c.get("strategy");
   auto setting = [&](const std::string& key, const std::string& value) {

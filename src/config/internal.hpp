@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <string>
 
+#include "modelmem/config/factory.hpp"
+
 namespace modelmem::config::detail {
 
 inline constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -19,6 +21,9 @@ struct Preset {
 };
 /// The preset named `name`; bad("model_type", ...) when there is none.
 const Preset& preset(const std::string& name);
+
+/// build() for a Config with pools (pools.cpp).
+Built build_pools(const Config& config, device::DevicePtr base);
 
 /// `d` with the shortest "%g" spelling ("1.2", "1").
 std::string trim_double(double d);

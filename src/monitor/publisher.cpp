@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "modelmem/alloc/planned_allocator.hpp"
+
 namespace modelmem::monitor {
 namespace {
 
@@ -198,7 +200,8 @@ class Publisher {
     owner_pid_ = pid;
     writer_.emplace(base, effective_.capacity, pid, uid, this_process_name(),
                     process_start_ticks(pid),
-                    static_cast<std::uint64_t>(effective_.interval.count()));
+                    static_cast<std::uint64_t>(effective_.interval.count()),
+                    this_process_command());
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { instance().at_exit(); });
@@ -269,6 +272,13 @@ class Publisher {
       PoolInfo filled = info;
       if (filled.strategy.empty()) filled.strategy = first_word(allocator->describe());
       PoolSnapshot s = snapshot_of(allocator->stats(), filled);
+      if (filled.fill) {
+        filled.fill(s);
+      } else if (auto* planned = dynamic_cast<const alloc::PlannedAllocator*>(allocator.get())) {
+        const alloc::PlannedStats p = planned->planned_stats();
+        s.plan_hits = p.hits;
+        s.plan_misses = p.misses;
+      }
       s.update_time_ns = now;
       pools.push_back(std::move(s));
     }
@@ -418,6 +428,15 @@ std::uint64_t process_start_ticks(std::int64_t pid) noexcept {
   } catch (...) {
     return 0;
   }
+}
+
+std::string this_process_command() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!all.empty() && all.back() == '\0') all.pop_back();
+  for (char& c : all)
+    if (c == '\0') c = ' ';
+  return all;
 }
 
 std::string this_process_name() {

@@ -34,7 +34,8 @@ enum Header : std::size_t {
   kUpdateCountWord,
   kIntervalWord,
   kProcessNameWord,  // kProcessNameBytes / 8 words
-  kHeaderWords = kProcessNameWord + kProcessNameBytes / 8,
+  kCommandWord = kProcessNameWord + kProcessNameBytes / 8,  // kCommandBytes / 8 words
+  kHeaderWords = kCommandWord + kCommandBytes / 8,
 };
 
 // Pool record: word indices relative to the record.
@@ -58,9 +59,9 @@ enum Record : std::size_t {
   kFreeBytesWord,
   kSegmentsWord,
   kPoolUpdateWord,
-  kSpareWord0,  // room for later fields without a new version
-  kSpareWord1,
-  kSpareWord2,
+  kPlanHitsWord,
+  kPlanMissesWord,
+  kSpareWord2,  // room for later fields without a new version
   kSpareWord3,
   kWarningWord,
   kRecordWords = kWarningWord + kWarningBytes / 8,
@@ -114,6 +115,7 @@ ProcessSnapshot copy_out(const Word* h, std::size_t count) {
   p.pid = static_cast<std::int64_t>(load(h + kPidWord));
   p.uid = load(h + kUidWord);
   p.process_name = load_string(h + kProcessNameWord, kProcessNameBytes);
+  p.command = load_string(h + kCommandWord, kCommandBytes);
   p.start_time_ns = load(h + kStartTimeWord);
   p.proc_start_ticks = load(h + kProcStartWord);
   p.update_time_ns = load(h + kUpdateTimeWord);
@@ -142,6 +144,8 @@ ProcessSnapshot copy_out(const Word* h, std::size_t count) {
     s.alloc_bytes_total = load(r + kAllocBytesWord);
     s.free_bytes_total = load(r + kFreeBytesWord);
     s.segments = load(r + kSegmentsWord);
+    s.plan_hits = load(r + kPlanHitsWord);
+    s.plan_misses = load(r + kPlanMissesWord);
     s.update_time_ns = load(r + kPoolUpdateWord);
     s.warning = load_string(r + kWarningWord, kWarningBytes);
   }
@@ -186,7 +190,7 @@ std::uint64_t wall_clock_ns() noexcept {
 
 SegmentWriter::SegmentWriter(void* base, std::size_t capacity, std::int64_t pid, std::uint64_t uid,
                              const std::string& process_name, std::uint64_t proc_start_ticks,
-                             std::uint64_t interval_ms)
+                             std::uint64_t interval_ms, const std::string& command)
     : words_(static_cast<Word*>(base)), capacity_(capacity) {
   Word* h = words_;
   store(h + kVersionWord, kSegmentVersion);
@@ -200,6 +204,7 @@ SegmentWriter::SegmentWriter(void* base, std::size_t capacity, std::int64_t pid,
   store(h + kProcStartWord, proc_start_ticks);
   store(h + kIntervalWord, interval_ms);
   store_string(h + kProcessNameWord, kProcessNameBytes, process_name);
+  store_string(h + kCommandWord, kCommandBytes, command);
   h[kMagicWord].store(kSegmentMagic, std::memory_order_release);
 }
 
@@ -236,6 +241,8 @@ void SegmentWriter::write(const std::vector<PoolSnapshot>& pools, std::uint64_t 
     store(r + kAllocBytesWord, p.alloc_bytes_total);
     store(r + kFreeBytesWord, p.free_bytes_total);
     store(r + kSegmentsWord, p.segments);
+    store(r + kPlanHitsWord, p.plan_hits);
+    store(r + kPlanMissesWord, p.plan_misses);
     store(r + kPoolUpdateWord, p.update_time_ns != 0 ? p.update_time_ns : now_ns);
     store_string(r + kWarningWord, kWarningBytes, p.warning);
   }

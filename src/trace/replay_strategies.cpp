@@ -20,12 +20,13 @@ std::shared_ptr<alloc::Allocator> caching(bool expandable) {
   return std::make_shared<alloc::CachingAllocator>(device::make_host_device(), options);
 }
 
+// Built from the configuration string exactly as `modelmem run` builds its default, so a
+// replay shows what a run would get (the same fallback and settings).
 std::shared_ptr<alloc::Allocator> planned(const StrategyContext& context) {
-  alloc::PlannedOptions options;
-  options.fallback = caching(false);
-  options.device = device::make_host_device();
-  options.auto_steps = !context.has_marks;
-  return std::make_shared<alloc::PlannedAllocator>(options);
+  return config::build(config::parse_config(context.has_marks
+                                                ? "strategy:planned,planned_steps:marked"
+                                                : "strategy:planned"))
+      .allocator;
 }
 
 }  // namespace
@@ -38,7 +39,7 @@ const std::vector<ReplayStrategy>& replay_strategies() {
        [](const StrategyContext&) { return caching(false); }},
       {"caching+expandable", "caching pool, expandable segments",
        [](const StrategyContext&) { return caching(true); }},
-      {"planned", "profile-guided planned arena (steps from marks or the period), caching fallback",
+      {"planned", "profile-guided planned arena (steps from marks or the period), as modelmem run's default",
        planned},
       {"static", "static best-fit pool of analyze's recommended size (static_pool_mb)",
        [](const StrategyContext& c) {

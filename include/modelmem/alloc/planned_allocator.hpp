@@ -50,8 +50,12 @@ struct PlannedOptions {
   std::size_t min_period = 4;
   /// Requests remembered for the automatic detection (bounds the longest period found: half).
   std::size_t history = 8192;
-  /// Requests seen before the first detection: a short history cannot tell a step from one
-  /// layer repeated inside it, so it must hold at least two steps.
+  /// Requests seen before the first detection, so that short programs (a loop of 20 requests a
+  /// step, run 10 times) are planned too.
+  std::size_t first_detection = 64;
+  /// Requests after which a period found earlier is checked once more: a short history cannot
+  /// always tell a step from one layer repeated inside it. A different period found then
+  /// replaces the first one and its plans.
   std::size_t min_history = 1024;
   /// Touch every page of the arena once when it is allocated (host memory only), so serving
   /// from it never faults.
@@ -88,6 +92,8 @@ struct PlannedStats {
   bool arena_huge_pages = false;       ///< the device took the large-page hint for the arena
   std::size_t hit_bytes = 0;           ///< bytes served from the arena (total)
   std::size_t peak_live = 0;           ///< peak bytes live (arena and fallback, requested sizes)
+  std::uint64_t plans_refused = 0;     ///< plans not taken: arena + blocks outliving the step
+                                       ///< would hold more than the fallback alone did
 };
 
 class PlannedAllocator : public Allocator {

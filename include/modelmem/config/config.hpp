@@ -44,6 +44,17 @@ const std::vector<ConfigKey>& config_keys();
 /// ("[256:1,512:2,>:8]"), as CachingOptions::roundup_power2_divisions (lower edge in bytes).
 std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view text);
 
+/// One entry of the pools key: a pool's name and its quota in bytes.
+struct PoolQuota {
+  std::string name;
+  std::size_t bytes = 0;
+};
+/// The pools key's value, "[NAME:MiB,...]" (names of 1 to 47 of A-Z a-z 0-9 _ - ., unique;
+/// quotas whole MiB > 0), in order. Throws InvalidInput saying what is wrong.
+std::vector<PoolQuota> parse_pools(std::string_view text);
+/// Whether `name` may name a pool.
+bool valid_pool_name(std::string_view name);
+
 /// Throws InvalidInput naming the key for an unknown key, a malformed value, or a conflicting
 /// combination (e.g. expandable_segments:True with max_split_size_mb).
 Config parse_config(std::string_view text);

@@ -11,6 +11,7 @@
 
 #include "modelmem/alloc/allocator.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/device/device.hpp"
 
@@ -36,6 +37,9 @@ struct Built {
   std::vector<std::pair<std::string, std::string>> settings;  ///< effective settings, in order
   std::string probe;  ///< result of the virtual-memory probe, when one ran
   std::optional<std::string> fallback_warning;  ///< the one-time warning, when a fallback was taken
+  /// With pools: each pool (its quota and its allocator, also reachable through the
+  /// allocator, a PoolRouter), in the order given.
+  std::vector<alloc::NamedPool> pools;
 };
 
 /// Builds the stack. Prints the fallback warning once per process on stderr (each distinct

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,9 @@ struct PoolInfo {
   std::string device;
   std::string strategy;
   std::size_t budget = 0;  ///< quota or planned size in bytes; 0 = none
+  /// Called after each snapshot to add what Stats does not hold (e.g. plan hits). Without it,
+  /// a PlannedAllocator's hits and misses are filled in.
+  std::function<void(PoolSnapshot&)> fill;
 };
 
 struct PublisherOptions {
@@ -80,5 +84,7 @@ PoolSnapshot snapshot_of(const alloc::Stats& stats, const PoolInfo& info);
 std::uint64_t process_start_ticks(std::int64_t pid) noexcept;
 /// The short name of the running program (/proc/self/comm).
 std::string this_process_name();
+/// The running program's command line (/proc/self/cmdline, arguments joined by spaces).
+std::string this_process_command();
 
 }  // namespace modelmem::monitor

@@ -37,6 +37,8 @@ struct PoolSnapshot {
   std::uint64_t alloc_bytes_total = 0;  ///< bytes handed out since the pool was made
   std::uint64_t free_bytes_total = 0;   ///< bytes given back since the pool was made
   std::uint64_t segments = 0;           ///< device segments held now
+  std::uint64_t plan_hits = 0;    ///< planned arena: requests served from a plan
+  std::uint64_t plan_misses = 0;  ///< planned arena: requests of planned steps that missed
   std::uint64_t update_time_ns = 0;     ///< wall clock (ns since the Unix epoch)
 };
 
@@ -45,6 +47,7 @@ struct ProcessSnapshot {
   std::int64_t pid = 0;
   std::uint64_t uid = 0;
   std::string process_name;
+  std::string command;                 ///< the command line, arguments separated by spaces
   std::string segment;                 ///< shared-memory name, e.g. "/modelmem.alice.1234"
   std::uint64_t start_time_ns = 0;     ///< when publishing began (wall clock)
   std::uint64_t proc_start_ticks = 0;  ///< /proc/<pid>/stat start time, to tell a reused pid
@@ -55,10 +58,11 @@ struct ProcessSnapshot {
   std::vector<PoolSnapshot> pools;
 };
 
-/// Sizes of the layout (version 1). Strings are NUL-padded and cut to these lengths minus one.
+/// Sizes of the layout (version 2: version 1 and the command line). Strings are NUL-padded and cut to these lengths minus one.
 inline constexpr std::uint64_t kSegmentMagic = 0x314e4f4d4d454d4dULL;  // "MMEMMON1"
-inline constexpr std::uint64_t kSegmentVersion = 1;
+inline constexpr std::uint64_t kSegmentVersion = 2;
 inline constexpr std::size_t kProcessNameBytes = 64;
+inline constexpr std::size_t kCommandBytes = 256;
 inline constexpr std::size_t kPoolNameBytes = 48;
 inline constexpr std::size_t kDeviceBytes = 16;
 inline constexpr std::size_t kStrategyBytes = 32;
@@ -83,7 +87,7 @@ class SegmentWriter {
   /// trusts a half-made header.
   SegmentWriter(void* base, std::size_t capacity, std::int64_t pid, std::uint64_t uid,
                 const std::string& process_name, std::uint64_t proc_start_ticks,
-                std::uint64_t interval_ms);
+                std::uint64_t interval_ms, const std::string& command = "");
   /// Publishes `pools` (the first `capacity` of them) and the update time.
   void write(const std::vector<PoolSnapshot>& pools, std::uint64_t now_ns);
   std::size_t capacity() const noexcept { return capacity_; }

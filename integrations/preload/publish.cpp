@@ -1,0 +1,191 @@
+// The preload's pools in `modelmem info` / `top`, and the C symbols a program (or Python through
+// ctypes) calls for step marks and per-thread pools. Everything here runs as modelmem code
+// (Inside): the C heap serves its own allocations, so the library never allocates through itself.
+#include <errno.h>
+
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/monitor/publisher.hpp"
+#include "state.hpp"
+
+namespace modelmem::preload {
+namespace {
+
+// Shows one allocator to the publisher: its statistics are read as modelmem code, under the
+// library's mutex (the order every allocation takes too), so the publisher's thread never
+// calls into the strategy while another thread allocates, and never allocates through it.
+class Guarded final : public alloc::Allocator {
+ public:
+  Guarded(alloc::Allocator* inner, std::string describe)
+      : inner_(inner), describe_(std::move(describe)) {}
+  void* allocate(std::size_t, alloc::Stream) override {
+    throw Unsupported("monitor view: not an allocator");
+  }
+  void deallocate(void*) override { throw Unsupported("monitor view: not an allocator"); }
+  alloc::Stats stats() const override {
+    Inside inside;
+    std::lock_guard lock(g_mutex);
+    return inner_->stats();
+  }
+  void reset_peak() override {}
+  std::string describe() const override { return describe_; }
+
+  void fill(monitor::PoolSnapshot& s) const {
+    const alloc::PlannedAllocator* planned = planned_of(inner_);
+    if (planned == nullptr) return;
+    Inside inside;
+    std::lock_guard lock(g_mutex);
+    const alloc::PlannedStats p = planned->planned_stats();
+    s.plan_hits = p.hits;
+    s.plan_misses = p.misses;
+  }
+
+ private:
+  static const alloc::PlannedAllocator* planned_of(alloc::Allocator* a) {
+    if (auto* q = dynamic_cast<alloc::QuotaAdaptor*>(a)) a = &q->upstream();
+    return dynamic_cast<const alloc::PlannedAllocator*>(a);
+  }
+  alloc::Allocator* inner_;
+  std::string describe_;
+};
+
+struct Published {
+  std::vector<std::shared_ptr<Guarded>> views;
+  std::vector<monitor::PoolRegistration> registrations;
+};
+
+std::atomic<unsigned> g_quota_reports{0};
+
+}  // namespace
+
+void publish_pools() {
+  Inside inside;
+  try {
+    // Kept for the process's lifetime, as the stack itself.
+    auto* p = new Published();
+    const std::string strategy = g_stack->config.get("strategy");
+    auto add = [&](alloc::Allocator* a, const std::string& name, std::size_t budget) {
+      auto view = std::make_shared<Guarded>(a, a->describe());
+      monitor::PoolInfo info;
+      info.name = name;
+      info.device = "host";
+      info.strategy = strategy;
+      info.budget = budget;
+      Guarded* raw = view.get();
+      info.fill = [raw](monitor::PoolSnapshot& s) { raw->fill(s); };
+      p->registrations.push_back(monitor::publish(view, std::move(info)));
+      p->views.push_back(std::move(view));
+    };
+    if (g_router != nullptr) {
+      if (g_router->main()) add(g_router->main().get(), "preload", 0);
+      for (const auto& pool : g_router->pools()) add(pool.allocator.get(), pool.name, pool.quota);
+    } else {
+      add(g_alloc, "preload", 0);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelmem preload: not published to the monitor: %s\n", e.what());
+  }
+}
+
+void report_quota(const char* what) noexcept {
+  const unsigned n = g_quota_reports.fetch_add(1, std::memory_order_relaxed);
+  if (n < 10)
+    std::fprintf(stderr, "modelmem preload: %s\n", what);
+  else if (n == 10)
+    std::fprintf(stderr, "modelmem preload: further quota refusals are not printed\n");
+}
+
+}  // namespace modelmem::preload
+
+using namespace modelmem::preload;
+
+extern "C" {
+
+/// Marks the start of a step (planned_steps:marked) for the calling thread's pool. 0, or -1
+/// (errno ENODEV) when the library does not serve requests.
+__attribute__((visibility("default"))) int modelmem_step_begin(void) {
+  if (!serving()) {
+    errno = ENODEV;
+    return -1;
+  }
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  g_alloc->begin_step();
+  return 0;
+}
+
+/// Marks the end of a step. As modelmem_step_begin.
+__attribute__((visibility("default"))) int modelmem_step_end(void) {
+  if (!serving()) {
+    errno = ENODEV;
+    return -1;
+  }
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  g_alloc->end_step();
+  return 0;
+}
+
+/// Sends the calling thread's later requests to pool `name` (pools:[...]); nests. 0, or -1 with
+/// errno ENODEV (no pools configured, or the library does not serve requests), ENOENT (no pool
+/// of that name) or EOVERFLOW (nested more than 16 deep).
+__attribute__((visibility("default"))) int modelmem_pool_push(const char* name) {
+  if (!serving() || g_router == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  if (name == nullptr) {
+    errno = ENOENT;
+    return -1;
+  }
+  Inside inside;
+  const std::string wanted(name);
+  bool known = false;
+  for (const auto& p : g_router->pools()) known = known || p.name == wanted;
+  if (!known) {
+    errno = ENOENT;
+    return -1;
+  }
+  try {
+    g_router->push_pool(wanted);
+  } catch (const std::exception&) {
+    errno = EOVERFLOW;
+    return -1;
+  }
+  return 0;
+}
+
+/// Ends the calling thread's innermost pool selection. 0, or -1 (errno EINVAL) when there is
+/// none, ENODEV as modelmem_pool_push.
+__attribute__((visibility("default"))) int modelmem_pool_pop(void) {
+  if (!serving() || g_router == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  if (!g_router->pop_pool()) {
+    errno = EINVAL;
+    return -1;
+  }
+  return 0;
+}
+
+/// The pool the calling thread's requests go to now: its name, "" for the process's own stack,
+/// or NULL when there are no pools. The string lives as long as the process.
+__attribute__((visibility("default"))) const char* modelmem_pool_current(void) {
+  if (!serving() || g_router == nullptr) return nullptr;
+  Inside inside;
+  const std::string name = g_router->current_pool();
+  for (const auto& p : g_router->pools())
+    if (p.name == name) return p.name.c_str();
+  return "";
+}
+
+}  // extern "C"
