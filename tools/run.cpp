@@ -136,9 +136,10 @@ int run(const Args& args) {
     const char* env = std::getenv("MODELMEM_ALLOC_CONF");
     conf = env != nullptr && *env != '\0' ? env : preload::kDefaultConf;
   }
-  config::Config parsed = config::parse_config(conf);  // throws InvalidInput naming the key
+  // Parses (naming a bad key) and builds what the library would build.
   if (std::string why = preload::preflight(conf, args.trace); !why.empty())
     throw InvalidInput("run: " + why + " (the program was not started)");
+  config::Config parsed = config::parse_config(conf);
   if (parsed.get("strategy") == "system")
     std::fprintf(stderr,
                  "modelmem run: strategy:system leaves every request to the next allocator\n");

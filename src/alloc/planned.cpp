@@ -99,9 +99,10 @@ struct PlannedAllocator::Impl {
   std::uint64_t since_detection = 0;
   std::size_t big_live = 0;  // live blocks of at least min_size
   bool plan_next_step = false;
-  bool verify_pending = false;    // the period was found in a short history: check it again
-  std::uint64_t next_try = 0;     // after a refused plan: the step from which to try again
-  std::uint64_t backoff = 1;      // steps to wait after the next refusal
+  bool verify_pending = false;  // the period was found in a short history: check it again
+  bool early_used = false;      // a period was found before min_history requests once
+  std::uint64_t next_try = 0;   // after a refused plan: the step from which to try again
+  std::uint64_t backoff = 1;    // steps to wait after the next refusal
 
   std::unordered_map<const void*, Live> live;
   std::size_t live_bytes = 0;
@@ -398,11 +399,14 @@ struct PlannedAllocator::Impl {
     // Detection costs O(n * candidates): run it after a batch of new requests proportional to
     // what is remembered, so its cost per request stays constant.
     if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return {};
-    if (history.size() < options.first_detection) return {};
+    // The early detection is a shortcut taken once: after a pattern change the history starts
+    // again from nothing, and a full one is awaited then.
+    if (history.size() < (early_used ? options.min_history : options.first_detection)) return {};
     since_detection = 0;
     plan::Period found = detect();
     if (!found.found || found.length == 0) return {};
     verify_pending = history.size() < options.min_history;
+    early_used = true;
     return adopt(found.length);
   }
 

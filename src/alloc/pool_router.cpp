@@ -51,7 +51,8 @@ PoolRouter::PoolRouter(std::shared_ptr<Allocator> main, std::vector<NamedPool> p
   if (pools_.empty()) throw InvalidInput("pools: no pool given");
   std::set<std::string> names;
   for (std::size_t i = 0; i < pools_.size(); ++i) {
-    if (!pools_[i].allocator) throw InvalidInput("pools: pool " + pools_[i].name + " has no allocator");
+    if (!pools_[i].allocator)
+      throw InvalidInput("pools: pool " + pools_[i].name + " has no allocator");
     if (!names.insert(pools_[i].name).second)
       throw InvalidInput("pools: pool " + pools_[i].name + " is named twice");
     if (pools_[i].name == default_pool) default_index_ = static_cast<int>(i);
@@ -146,7 +147,6 @@ std::string PoolRouter::describe() const {
   s += default_index_ >= 0 ? "; default " + pools_[static_cast<std::size_t>(default_index_)].name
                            : std::string("; default the main stack");
   s += ")";
-  if (!pools_.empty()) s += " each " + pools_.front().allocator->describe();
   if (main_) s += "; main stack " + main_->describe();
   return s;
 }

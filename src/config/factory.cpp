@@ -2,6 +2,7 @@
 // probe, strategy, fallback) and sizes static pools.
 #include "modelmem/config/factory.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,21 @@ void warn_once(const std::string& text) {
   static std::set<std::string> printed;
   std::lock_guard<std::mutex> lock(mutex);
   if (printed.insert(text).second) std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+// A caching pool on a small device (a per-model pool's view of 16 MiB, a small device:limited)
+// takes segments of at most a quarter of it: with PyTorch's sizes, a 3 MiB request in a 4 MiB
+// pool would ask for a 20 MiB segment and fail, and an 8 MiB one in a 16 MiB pool would take
+// the whole pool for one block.
+CachingOptions fit_segments(CachingOptions o, const device::Device& dev) {
+  const std::size_t total = dev.memory_info().total;
+  if (total / 4 >= o.large_segment) return o;
+  const std::size_t quarter = total / 4;
+  const std::size_t fit = std::max(quarter - quarter % o.round_large, o.round_large);
+  o.large_segment = std::min(o.large_segment, fit);
+  o.min_large_alloc = std::min(o.min_large_alloc, o.large_segment);
+  o.small_segment = std::min(o.small_segment, std::max(fit, o.small_size));
+  return o;
 }
 
 }  // namespace
@@ -192,7 +208,8 @@ Built build(const Config& c, device::DevicePtr base) {
     PlannedOptions o;
     o.device = b.device;
     if (c.get("planned_fallback") == "caching")
-      o.fallback = std::make_shared<CachingAllocator>(b.device, caching_options(c));
+      o.fallback =
+          std::make_shared<CachingAllocator>(b.device, fit_segments(caching_options(c), *b.device));
     else
       o.fallback = std::make_shared<DirectAllocator>(b.device);
     o.auto_steps = c.get("planned_steps") == "auto";
@@ -213,7 +230,7 @@ Built build(const Config& c, device::DevicePtr base) {
   }
 
   // strategy == "caching"
-  CachingOptions options = caching_options(c);
+  CachingOptions options = fit_segments(caching_options(c), *b.device);
   auto caching_settings = [&](const CachingOptions& o) {
     setting("max_split_size_mb",
             c.has("max_split_size_mb") ? c.get("max_split_size_mb") : "unlimited");

@@ -76,8 +76,8 @@ Built build_pools(const Config& c, device::DevicePtr base) {
   for (const auto& q : quotas) sum = checked_add(sum, q.bytes, "pools: sum of quotas");
   if (sum > total)
     bad("pools", "the quotas" + std::string(main && sum != 0 ? " and the main stack's pool" : "") +
-                     " add up to " + format_bytes(sum) + ", more than " + b.device->name() +
-                     "'s " + format_bytes(total));
+                     " add up to " + format_bytes(sum) + ", more than " + b.device->name() + "'s " +
+                     format_bytes(total));
   std::vector<alloc::NamedPool> pools;
   std::string list;
   int index = 1;
@@ -91,7 +91,7 @@ Built build_pools(const Config& c, device::DevicePtr base) {
     auto limited = std::make_shared<alloc::QuotaAdaptor>(inner.allocator, qo);
     pools.push_back(alloc::NamedPool{q.name, q.bytes, limited});
     list += (list.empty() ? "" : ", ") + q.name + " " + format_bytes(q.bytes) + " (" +
-            inner.allocator->describe().substr(0, inner.allocator->describe().find('(')) + ")";
+            c.get("strategy") + " on " + view->name() + ")";
   }
   b.settings.emplace_back("pools", list);
   b.settings.emplace_back("default_pool",

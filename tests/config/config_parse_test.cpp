@@ -197,7 +197,7 @@ TEST(ConfigParse, ConflictingCombinationsNameTheKey) {
   EXPECT_REJECTED("strategy:static,static_pool_mb:1,thread_cache_mb:4",
                   "thread_cache_mb: applies only to strategy:caching");
   EXPECT_REJECTED(
-      "strategy:planned,thread_cache_mb:4",
+      "strategy:planned,planned_fallback:direct,thread_cache_mb:4",
       "thread_cache_mb: applies to strategy:planned only with planned_fallback:caching");
 }
 

@@ -162,7 +162,7 @@ bool has_note(const Scan& s, const std::string& name, const std::string& what) {
 
 TEST(Segment, RoundTripKeepsEveryField) {
   std::vector<unsigned char> bytes(segment_bytes(3));
-  SegmentWriter w(bytes.data(), 3, 4242, 1000, "python3", 77, 200);
+  SegmentWriter w(bytes.data(), 3, 4242, 1000, "python3", 77, 200, "python3 serve.py --port 1");
   PoolSnapshot p;
   p.name = "resnet50";
   p.device = "cuda:0";
@@ -183,6 +183,8 @@ TEST(Segment, RoundTripKeepsEveryField) {
   p.alloc_bytes_total = 12;
   p.free_bytes_total = 13;
   p.segments = 14;
+  p.plan_hits = 16;
+  p.plan_misses = 17;
   p.update_time_ns = 15;
   w.write({p}, 99);
   ReadResult r = read_segment(bytes.data(), bytes.size());
@@ -191,6 +193,7 @@ TEST(Segment, RoundTripKeepsEveryField) {
   EXPECT_EQ(s.pid, 4242);
   EXPECT_EQ(s.uid, 1000u);
   EXPECT_EQ(s.process_name, "python3");
+  EXPECT_EQ(s.command, "python3 serve.py --port 1");
   EXPECT_EQ(s.proc_start_ticks, 77u);
   EXPECT_EQ(s.interval_ms, 200u);
   EXPECT_EQ(s.update_time_ns, 99u);
@@ -213,6 +216,8 @@ TEST(Segment, RoundTripKeepsEveryField) {
   EXPECT_EQ(q.warning_count, 2u);
   EXPECT_EQ(q.warning, "no virtual memory");
   EXPECT_EQ(q.alloc_count, 11u);
+  EXPECT_EQ(q.plan_hits, 16u);
+  EXPECT_EQ(q.plan_misses, 17u);
   EXPECT_EQ(q.alloc_bytes_total, 12u);
   EXPECT_EQ(q.free_bytes_total, 13u);
   EXPECT_EQ(q.segments, 14u);
@@ -254,7 +259,7 @@ TEST(Segment, BadHeadersAreRejectedWithAReason) {
   bad[0] ^= 0xff;
   expect_problem(bad, bad.size(), "bad magic");
   bad = good;
-  bad[8] = 2;  // version word
+  bad[8] = 99;  // version word
   expect_problem(bad, bad.size(), "unsupported version");
   bad = good;
   bad[24] = 8;  // record size word

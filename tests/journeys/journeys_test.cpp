@@ -1,0 +1,377 @@
+// The journeys of issue 16 that go through `modelmem run` and the preload, each as a user walks
+// it: the real tool, the real library, real child programs (tests/journeys/*.py).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kCli = MODELMEM_CLI;
+const std::string kPreload = MODELMEM_PRELOAD_LIB;
+const std::string kDir = MODELMEM_JOURNEYS_DIR;
+const std::string kPython = "/usr/bin/python3";
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  long minor_faults = 0;
+  double seconds = 0;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir() {
+  static fs::path dir = [] {
+    std::string t = (fs::temp_directory_path() / "modelmem-journeys-XXXXXX").string();
+    char* made = mkdtemp(t.data());
+    return fs::path(made ? made : "/tmp");
+  }();
+  return dir;
+}
+
+// The environment of this process with `extra` ("K=V") set and `drop` removed.
+std::vector<std::string> environment(const std::vector<std::string>& extra,
+                                     const std::vector<std::string>& drop = {}) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    bool skip = key == "LD_PRELOAD" || key == "MODELMEM_ALLOC_CONF" || key == "MODELMEM_STRICT" ||
+                key == "MODELMEM_TRACE" || key == "MODELMEM_REPORT";
+    for (const auto& d : drop) skip = skip || key == d;
+    for (const auto& x : extra) skip = skip || x.substr(0, x.find('=')) == key;
+    if (!skip) env.push_back(kv);
+  }
+  for (const auto& x : extra) env.push_back(x);
+  return env;
+}
+
+// Runs argv to completion with stdout and stderr captured, and its minor faults and time.
+Result run(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {}) {
+  static int n = 0;
+  const std::string out = (temp_dir() / ("out" + std::to_string(++n))).string();
+  const std::string err = out + ".err";
+  std::vector<std::string> env = environment(extra_env);
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int in = open("/dev/null", O_RDONLY);
+    dup2(o, 1);
+    dup2(e, 2);
+    dup2(in, 0);
+    std::vector<char*> a, v;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
+    v.push_back(nullptr);
+    execve(a[0], a.data(), v.data());
+    _exit(127);
+  }
+  Result r;
+  int status = 0;
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.minor_faults = usage.ru_minflt;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::size_t lines(const std::string& s) {
+  std::size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+bool have_torch() {
+  static const bool yes = run({kPython, "-c", "import torch"}).code == 0;
+  return yes;
+}
+
+// ---- config rejected -> `run` exits 2 before the program starts
+
+TEST(Journeys, RunRefusesWhatThePreloadWouldRefuseBeforeTheProgramStarts) {
+  const fs::path marker = temp_dir() / "started";
+  struct Case {
+    std::vector<std::string> options;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--conf", "strategy:static"}, "static_pool_mb"},
+      {{"--conf", "strategy:static,static_pool_mb:99999999"}, "exceeds"},
+      {{"--conf", "expandable_segments:True,fallback:error"}, "fallback:error"},
+      {{"--conf", "strategy:caching,colour:blue"}, "unknown key 'colour'"},
+      {{"--conf", "pools:[bert:0]"}, "pools"},
+      {{"--conf", "strategy:caching,default_pool:bert"}, "default_pool"},
+      {{"--trace", "/nonexistent/dir/t.csv"}, "no such directory /nonexistent/dir"},
+  };
+  for (const Case& c : cases) {
+    fs::remove(marker);
+    std::vector<std::string> argv = {kCli, "run", "--preload", kPreload};
+    argv.insert(argv.end(), c.options.begin(), c.options.end());
+    for (const std::string& s :
+         std::vector<std::string>{"--", "/bin/sh", "-c", "touch " + marker.string()})
+      argv.push_back(s);
+    Result r = run(argv);
+    SCOPED_TRACE(c.options.back());
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the program was not started"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(fs::exists(marker)) << "the program ran";
+  }
+}
+
+TEST(Journeys, UnderPlainLdPreloadTheLibrarySaysWhyItIsOffAndStrictMakesThatFatal) {
+  const fs::path marker = temp_dir() / "started-preload";
+  fs::remove(marker);
+  const std::vector<std::string> argv = {"/bin/sh", "-c", "touch " + marker.string()};
+  Result r = run(argv, {"LD_PRELOAD=" + kPreload, "MODELMEM_ALLOC_CONF=strategy:static"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(marker));
+  EXPECT_NE(r.err.find("modelmem preload: disabled"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("static_pool_mb"), std::string::npos) << r.err;
+
+  fs::remove(marker);
+  r = run(argv, {"LD_PRELOAD=" + kPreload, "MODELMEM_ALLOC_CONF=strategy:static",
+                 "MODELMEM_STRICT=1"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_FALSE(fs::exists(marker)) << "the program ran";
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("MODELMEM_STRICT=1"), std::string::npos) << r.err;
+
+  r = run(argv, {"LD_PRELOAD=" + kPreload, "MODELMEM_TRACE=/nonexistent/dir/t.csv",
+                 "MODELMEM_STRICT=1"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/dir"), std::string::npos) << r.err;
+}
+
+TEST(Journeys, RunAcceptsWhatConfigAccepts) {
+  for (const std::string conf :
+       {"strategy:planned", "strategy:caching", "strategy:static,static_pool_mb:64",
+        "strategy:caching,pools:[bert:64,resnet:32]", "pools:[bert:64],default_pool:bert"}) {
+    Result c = run({kCli, "config", conf});
+    EXPECT_EQ(c.code, 0) << conf << ": " << c.err;
+    Result r = run({kCli, "run", "--preload", kPreload, "--conf", conf, "--", "/bin/true"});
+    EXPECT_EQ(r.code, 0) << conf << ": " << r.err;
+    EXPECT_TRUE(r.err.empty()) << conf << ": " << r.err;
+  }
+}
+
+// ---- run -> info --json shows the process and its pool
+
+struct Waiting {
+  pid_t pid = -1;
+  int to_child = -1;
+  int from_child = -1;
+};
+
+Waiting start_waiting(const std::vector<std::string>& argv) {
+  int in[2], out[2];
+  EXPECT_EQ(pipe(in), 0);
+  EXPECT_EQ(pipe(out), 0);
+  std::vector<std::string> env = environment({"MODELMEM_MONITOR_INTERVAL_MS=50"});
+  Waiting w;
+  w.pid = fork();
+  if (w.pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    std::vector<char*> a, v;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
+    v.push_back(nullptr);
+    execve(a[0], a.data(), v.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  w.to_child = in[1];
+  w.from_child = out[0];
+  return w;
+}
+
+std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+int finish(Waiting& w) {
+  (void)!write(w.to_child, "\n", 1);
+  close(w.to_child);
+  int status = 0;
+  waitpid(w.pid, &status, 0);
+  close(w.from_child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The process's entry of `modelmem info --json -p PID` once `ready(process)` holds (5 s at most).
+template <typename Ready>
+json info_of(pid_t pid, Ready ready) {
+  json last;
+  for (int i = 0; i < 100; ++i) {
+    Result r = run({kCli, "info", "--json", "-p", std::to_string(pid)});
+    if (r.code == 0) {
+      json all = json::parse(r.out, nullptr, false);
+      if (!all.is_discarded())
+        for (const json& p : all["processes"])
+          if (p["pid"] == pid) {
+            last = p;
+            if (ready(p)) return p;
+          }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return last;
+}
+
+TEST(Journeys, AProgramUnderRunShowsInInfoWithItsPool) {
+  Waiting w = start_waiting({kCli, "run", "--preload", kPreload, "--", kPython,
+                             kDir + "/wait_child.py"});
+  ASSERT_EQ(read_line(w.from_child), "ready");
+  json p = info_of(w.pid, [](const json& p) {
+    return !p["pools"].empty() && p["pools"][0]["allocated"].get<std::uint64_t>() >= (8u << 20);
+  });
+  ASSERT_FALSE(p.is_null()) << "pid " << w.pid << " not in modelmem info";
+  EXPECT_NE(p["command"].get<std::string>().find("wait_child.py"), std::string::npos) << p.dump();
+  ASSERT_EQ(p["pools"].size(), 1u) << p.dump();
+  const json& pool = p["pools"][0];
+  EXPECT_EQ(pool["pool"], "preload");
+  EXPECT_EQ(pool["strategy"], "planned");
+  EXPECT_GE(pool["allocated"].get<std::uint64_t>(), 8u << 20);
+  EXPECT_GE(pool["reserved"].get<std::uint64_t>(), pool["allocated"].get<std::uint64_t>());
+  EXPECT_GE(pool["peak_reserved"].get<std::uint64_t>(), pool["reserved"].get<std::uint64_t>());
+  EXPECT_TRUE(pool.contains("plan_hits") && pool.contains("plan_misses"));
+  // The segment is the user's alone.
+  const fs::path segment = fs::path("/dev/shm") / p["segment"].get<std::string>().substr(1);
+  EXPECT_EQ(fs::status(segment).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(finish(w), 0);
+  // Gone once the program ended.
+  Result r = run({kCli, "info", "--json", "-p", std::to_string(w.pid)});
+  EXPECT_EQ(json::parse(r.out)["processes"].size(), 0u) << r.out;
+}
+
+// ---- per-model pools from the config string
+
+TEST(Journeys, PoolsFromTheConfigStringHoldTheirQuotasAndABreachNamesThePool) {
+  Waiting w = start_waiting({kCli, "run", "--preload", kPreload, "--conf",
+                             "strategy:caching,pools:[bert:64,resnet:32]", "--", kPython,
+                             kDir + "/wait_child.py"});
+  ASSERT_EQ(read_line(w.from_child), "ready");
+  json p = info_of(w.pid, [](const json& p) { return p["pools"].size() == 3; });
+  ASSERT_EQ(p["pools"].size(), 3u) << p.dump();
+  std::map<std::string, std::uint64_t> budget;
+  for (const json& pool : p["pools"]) budget[pool["pool"]] = pool["budget"];
+  EXPECT_EQ(budget["bert"], 64u << 20);
+  EXPECT_EQ(budget["resnet"], 32u << 20);
+  EXPECT_EQ(budget["preload"], 0u);
+  EXPECT_EQ(finish(w), 0);
+
+  Result r = run({kCli, "run", "--preload", kPreload, "--conf",
+                  "strategy:caching,pools:[bert:64,resnet:32]", "--", kPython,
+                  kDir + "/pools_child.py", "bert", "40", "resnet", "40", "resnet", "20", "bert",
+                  "16"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ok bert 40"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused resnet 40"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok resnet 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok bert 16"), std::string::npos) << r.out;  // resnet took nothing of it
+  EXPECT_NE(r.out.find("unknown -1"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("pool 'resnet'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quota of 32.00 MiB"), std::string::npos) << r.err;
+
+  // Every request counts against the default pool.
+  r = run({kCli, "run", "--preload", kPreload, "--conf", "pools:[small:16],default_pool:small",
+           "--", kPython, "-c", "b = bytearray(8 << 20)\ntry:\n  c = bytearray(12 << 20)\n"
+           "except MemoryError:\n  print('refused')\n"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("refused"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("pool 'small'"), std::string::npos) << r.err;
+}
+
+// ---- step marks from Python (planned_steps:marked)
+
+TEST(Journeys, StepMarksFromPythonPlanMarkedSteps) {
+  Result r = run({kCli, "run", "--preload", kPreload, "--report", "--conf",
+                  "strategy:planned,planned_steps:marked", "--", kPython,
+                  kDir + "/steps_child.py"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("codes 0 0 0 0 0 0 0 0 0 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("steps             5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 plans made"), std::string::npos) << r.err;
+  // Warm-up step, planned step, then three steps from the plan: 9 hits.
+  EXPECT_NE(r.err.find("hits              9 "), std::string::npos) << r.err;
+}
+
+// ---- the default costs no more page faults than the program alone
+
+void expect_no_worse(const std::string& script, const std::string& arg) {
+  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  const std::vector<std::string> alone = {kPython, kDir + "/" + script, arg};
+  std::vector<std::string> under = {kCli, "run", "--preload", kPreload, "--"};
+  under.insert(under.end(), alone.begin(), alone.end());
+  // The median of three runs each, alternated.
+  std::vector<long> a, m;
+  std::string checksum;
+  for (int i = 0; i < 3; ++i) {
+    Result x = run(alone, {"OMP_NUM_THREADS=1"});
+    Result y = run(under, {"OMP_NUM_THREADS=1"});
+    ASSERT_EQ(x.code, 0) << x.err;
+    ASSERT_EQ(y.code, 0) << y.err;
+    EXPECT_EQ(x.out, y.out);  // same results
+    a.push_back(x.minor_faults);
+    m.push_back(y.minor_faults);
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(m.begin(), m.end());
+  std::printf("%s: minor faults alone %ld, under modelmem run %ld (%.3f)\n", script.c_str(), a[1],
+              m[1], static_cast<double>(m[1]) / static_cast<double>(a[1]));
+  EXPECT_LE(static_cast<double>(m[1]), 1.05 * static_cast<double>(a[1]))
+      << script << ": alone " << a[1] << ", under modelmem run " << m[1];
+}
+
+TEST(Journeys, DefaultRunOnANonPeriodicTorchLoopFaultsNoMoreThanAlone) {
+  expect_no_worse("torch_loop.py", "10");
+}
+
+TEST(Journeys, DefaultRunOnAPeriodicTorchInferenceFaultsNoMoreThanAlone) {
+  expect_no_worse("torch_periodic.py", "30");
+}
+
+}  // namespace
