@@ -14,6 +14,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/period.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "step_detector.hpp"
 
 namespace modelmem::alloc {
 namespace {
@@ -57,16 +58,10 @@ struct Live {
 }  // namespace
 
 struct PlannedAllocator::Impl {
-  explicit Impl(PlannedOptions o) : options(std::move(o)) {
-    if (options.auto_steps) {
-      // Full capacity, touched now: the history never reallocates, so recording it in steady
-      // state costs no allocation and no page fault.
-      history.resize(options.history);
-      live_at.resize(options.history);
-      history.clear();
-      live_at.clear();
-    }
-  }
+  explicit Impl(PlannedOptions o)
+      : options(std::move(o)),
+        detector({options.auto_steps ? options.history : 0, options.min_period,
+                  options.first_detection, options.min_history}) {}
 
   PlannedOptions options;
   mutable std::mutex mutex;
@@ -91,18 +86,11 @@ struct PlannedAllocator::Impl {
   std::size_t consecutive_mismatches = 0;
 
   // Automatic steps.
-  std::vector<std::uint64_t> history;  // rounded sizes of the last requests (ring, oldest first)
-  std::vector<std::size_t> live_at;    // logged blocks live just before each request in history
-  std::size_t period = 0;
-  std::uint64_t requests_seen = 0;  // requests >= min_size, ever
-  std::uint64_t phase_origin = 0;   // requests_seen value at which a step begins
-  std::uint64_t since_detection = 0;
+  detail::StepDetector detector;
   std::size_t big_live = 0;  // live blocks of at least min_size
   bool plan_next_step = false;
-  bool verify_pending = false;  // the period was found in a short history: check it again
-  bool early_used = false;      // a period was found before min_history requests once
-  std::uint64_t next_try = 0;   // after a refused plan: the step from which to try again
-  std::uint64_t backoff = 1;    // steps to wait after the next refusal
+  std::uint64_t next_try = 0;  // after a refused plan: the step from which to try again
+  std::uint64_t backoff = 1;   // steps to wait after the next refusal
 
   std::unordered_map<const void*, Live> live;
   std::size_t live_bytes = 0;
@@ -302,13 +290,9 @@ struct PlannedAllocator::Impl {
         if (options.auto_steps) {
           // The pattern changed and the step boundaries may be wrong with it: find the period
           // again and plan the first step cut by it.
-          period = 0;
+          detector.restart();
           pstats.period = 0;
           plan_next_step = true;
-          // Detect from the new requests only: the old pattern would dominate the history.
-          history.clear();
-          live_at.clear();
-          since_detection = 0;
         } else {
           make_plan_from_log(true);
         }
@@ -360,7 +344,7 @@ struct PlannedAllocator::Impl {
     Crossed c;
     c.ended = in_step;
     finish_step();
-    if (period != 0) {  // finish_step may have dropped the period
+    if (detector.period() != 0) {  // finish_step may have dropped the period
       start_step();
       c.began = true;
     }
@@ -368,70 +352,15 @@ struct PlannedAllocator::Impl {
   }
 
   Crossed auto_boundary(std::size_t rounded) {
-    // The history is kept while a period is in use: when the pattern changes, the detection
-    // starts again from the recent requests rather than from nothing.
-    if (history.size() >= options.history) {
-      // Forget the older half at once: O(1) amortised per request.
-      const auto half = static_cast<std::ptrdiff_t>(history.size() / 2);
-      history.erase(history.begin(), history.begin() + half);
-      live_at.erase(live_at.begin(), live_at.begin() + half);
+    const detail::StepDetector::Seen seen = detector.observe(rounded, big_live);
+    if (seen.replaced) {
+      plans.clear();  // plans of the wrong steps: the next step is planned afresh
+      pstats.plans_kept = 0;
+      consecutive_mismatches = 0;
+      next_try = pstats.steps + 2;  // the step open now was cut by the old period
     }
-    history.push_back(rounded);
-    live_at.push_back(big_live);
-    if (period != 0 && verify_pending && history.size() >= options.min_history) {
-      // The period was found in a short history: a layer repeated inside the step can look
-      // like the step there. Look again, now that the history holds enough requests.
-      verify_pending = false;
-      plan::Period again = detect();
-      if (again.found && again.length != 0 && again.length != period) {
-        plans.clear();  // plans of the wrong steps: the next step is planned afresh
-        pstats.plans_kept = 0;
-        consecutive_mismatches = 0;
-        next_try = pstats.steps + 2;  // the step open now was cut by the old period
-        return adopt(again.length);
-      }
-    }
-    if (period != 0) {
-      if (requests_seen >= phase_origin && (requests_seen - phase_origin) % period == 0)
-        return boundary();
-      return {};
-    }
-    // Detection costs O(n * candidates): run it after a batch of new requests proportional to
-    // what is remembered, so its cost per request stays constant.
-    if (++since_detection < std::max<std::size_t>(64, history.size() / 4)) return {};
-    // The early detection is a shortcut taken once: after a pattern change the history starts
-    // again from nothing, and a full one is awaited then.
-    if (history.size() < (early_used ? options.min_history : options.first_detection)) return {};
-    since_detection = 0;
-    plan::Period found = detect();
-    if (!found.found || found.length == 0) return {};
-    verify_pending = history.size() < options.min_history;
-    early_used = true;
-    return adopt(found.length);
-  }
-
-  plan::Period detect() const {
-    plan::PeriodOptions po;
-    po.min_period = options.min_period;
-    po.min_repeats = 2;
-    po.min_match = 1.0;
-    return plan::detect_period(std::span<const std::uint64_t>(history), po);
-  }
-
-  // Steps of `p` requests from now on, beginning where the fewest watched blocks are live.
-  Crossed adopt(std::size_t p) {
-    // Begin steps where the fewest watched blocks are live, so few blocks outlive a step.
-    const std::size_t n = history.size();
-    std::size_t best = n - p;
-    for (std::size_t i = n - p; i < n; ++i)
-      if (live_at[i] < live_at[best]) best = i;
-    period = p;
-    pstats.period = p;
-    // history[n-1] is the current request, numbered requests_seen.
-    const std::uint64_t index_of_best = requests_seen - (n - 1 - best);
-    phase_origin = index_of_best == requests_seen ? requests_seen : index_of_best + p;
-    if (requests_seen == phase_origin) return boundary();
-    return {};
+    pstats.period = detector.period();
+    return seen.boundary ? boundary() : Crossed{};
   }
 
   void note_live(const void* ptr, const Live& l) {
@@ -483,7 +412,6 @@ void* PlannedAllocator::allocate(std::size_t size, Stream stream) {
   }
   if (m.options.auto_steps) {
     auto crossed = m.auto_boundary(rounded);
-    m.requests_seen++;
     if (crossed.ended) emit_mark("step_end");
     if (crossed.began) emit_mark("step_begin");
   }

@@ -16,33 +16,6 @@ constexpr int kMaxDepth = 16;
 __thread int t_pool_stack[kMaxDepth] __attribute__((tls_model("initial-exec")));
 __thread int t_pool_depth __attribute__((tls_model("initial-exec"))) = 0;
 
-void merge(CounterSet& into, const CounterSet& from) {
-  for (PoolKind k : {PoolKind::kAll, PoolKind::kSmall, PoolKind::kLarge}) {
-    into[k].current += from[k].current;
-    into[k].peak += from[k].peak;
-    into[k].allocated += from[k].allocated;
-    into[k].freed += from[k].freed;
-  }
-}
-
-void merge(Stats& into, const Stats& from) {
-  merge(into.allocated_bytes, from.allocated_bytes);
-  merge(into.reserved_bytes, from.reserved_bytes);
-  merge(into.active_bytes, from.active_bytes);
-  merge(into.inactive_split_bytes, from.inactive_split_bytes);
-  merge(into.requested_bytes, from.requested_bytes);
-  merge(into.allocation, from.allocation);
-  merge(into.segment, from.segment);
-  merge(into.active, from.active);
-  merge(into.inactive_split, from.inactive_split);
-  into.num_alloc_retries += from.num_alloc_retries;
-  into.num_ooms += from.num_ooms;
-  into.num_device_alloc += from.num_device_alloc;
-  into.num_device_free += from.num_device_free;
-  into.largest_free_block = std::max(into.largest_free_block, from.largest_free_block);
-  into.warnings.insert(into.warnings.end(), from.warnings.begin(), from.warnings.end());
-}
-
 }  // namespace
 
 PoolRouter::PoolRouter(std::shared_ptr<Allocator> main, std::vector<NamedPool> pools,
@@ -126,7 +99,7 @@ void PoolRouter::deallocate(void* ptr) {
 
 Stats PoolRouter::stats() const {
   Stats s = main_ ? main_->stats() : Stats{};
-  for (const auto& p : pools_) merge(s, p.allocator->stats());
+  for (const auto& p : pools_) s.merge(p.allocator->stats());
   return s;
 }
 

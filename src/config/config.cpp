@@ -352,14 +352,15 @@ void check_combinations(const Config& c) {
   if (has("default_pool")) {
     if (!has("pools")) bad("default_pool", "needs pools (the pool it names)");
     bool listed = false;
-    for (const auto& p : parse_pools(c.get("pools"))) listed = listed || p.name == c.get("default_pool");
+    for (const auto& p : parse_pools(c.get("pools")))
+      listed = listed || p.name == c.get("default_pool");
     if (!listed)
       bad("default_pool", "'" + c.get("default_pool") + "' is not one of pools:" + c.get("pools"));
   }
   if (strategy == "system") {
     for (const char* k :
-         {"pools", "device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb", "plan",
-          "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
+         {"pools", "device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb",
+          "plan", "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
           "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault",
           "thread_cache_mb"})
       if (has(k)) bad(k, "has no effect with strategy:system (the C heap)");
@@ -519,47 +520,6 @@ std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view 
   for (std::size_t i = 1; i < 64 - 20; ++i) {
     unsigned v = table[std::min(i, kIntervals - 1)];
     if (v != table[0]) out[kMiB << i] = v;
-  }
-  return out;
-}
-
-bool valid_pool_name(std::string_view name) {
-  if (name.empty() || name.size() > 47) return false;
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::vector<PoolQuota> parse_pools(std::string_view text) {
-  text = trim(text);
-  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
-    throw InvalidInput("expected [NAME:MiB,...], got '" + std::string(text) + "'");
-  std::string_view body = text.substr(1, text.size() - 2);
-  std::vector<PoolQuota> out;
-  std::size_t start = 0;
-  while (start <= body.size()) {
-    std::size_t comma = body.find(',', start);
-    std::string_view entry = trim(body.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    start = comma == std::string_view::npos ? body.size() + 1 : comma + 1;
-    std::size_t colon = entry.find(':');
-    if (colon == std::string_view::npos)
-      throw InvalidInput("entry '" + std::string(entry) + "' is not NAME:MiB");
-    std::string_view name = trim(entry.substr(0, colon));
-    std::string_view mb_text = trim(entry.substr(colon + 1));
-    if (!valid_pool_name(name))
-      throw InvalidInput("'" + std::string(name) +
-                         "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
-    std::size_t mb = 0;
-    if (!parse_uint(mb_text, mb) || mb == 0 || mb > kMaxMb)
-      throw InvalidInput("pool " + std::string(name) + ": quota '" + std::string(mb_text) +
-                         "' is not a whole number of MiB > 0");
-    for (const auto& p : out)
-      if (p.name == name) throw InvalidInput("pool " + std::string(name) + " is named twice");
-    out.push_back(PoolQuota{std::string(name), mb * kMiB});
   }
   return out;
 }
