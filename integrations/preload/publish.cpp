@@ -80,8 +80,8 @@ void publish_pools() {
       info.strategy = strategy;
       info.budget = budget;
       Guarded* raw = view.get();
-      info.fill = [raw](monitor::PoolSnapshot& s) { raw->fill(s); };
-      p->registrations.push_back(monitor::publish(view, std::move(info)));
+      p->registrations.push_back(monitor::publish(
+          view, std::move(info), [raw](monitor::PoolSnapshot& s) { raw->fill(s); }));
       p->views.push_back(std::move(view));
     };
     if (g_router != nullptr) {

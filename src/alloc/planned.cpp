@@ -1,6 +1,7 @@
 #include "modelmem/alloc/planned_allocator.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -215,11 +216,11 @@ struct PlannedAllocator::Impl {
     count_plan(is_replan);
   }
 
-  // Whether a plan with an arena of `arena` bytes holds no more than the fallback alone: the
-  // arena plus the step's blocks that outlive it (they stay with the fallback) against the
-  // most the step ever had live at once, or what the fallback holds now when that is more (a
-  // caching fallback keeps what it took). A refused plan is tried again after 1, 2, 4, ...
-  // steps (the solver's time is not spent on every step).
+  // Whether a plan with an arena of `arena` bytes holds no more than the fallback alone, for a
+  // step some of whose blocks outlive it (they stay with the fallback, beside the arena): the
+  // arena plus those blocks against the most the step ever had live at once, or what the
+  // fallback holds now when that is more (a caching fallback keeps what it took). A refused
+  // plan is tried again after 1, 2, 4, ... steps (the solver's time is not spent every step).
   bool worth_it(std::size_t arena) {
     std::vector<std::pair<plan::Time, std::ptrdiff_t>> events;
     std::size_t outliving = 0;
@@ -235,8 +236,10 @@ struct PlannedAllocator::Impl {
     for (const auto& [t, d] : events) peak = std::max(peak, live_now += d);
     const auto held = static_cast<std::size_t>(
         std::max<std::int64_t>(0, options.fallback->stats().reserved_bytes.all.current));
-    const std::size_t alone = std::max(static_cast<std::size_t>(peak), held);
-    if (arena + outliving <= alone) {
+    // An eighth over the step's peak: neither a plan nor a fallback reaches it exactly.
+    const auto p = static_cast<std::size_t>(peak);
+    const std::size_t alone = std::max(p + p / 8, held);
+    if (outliving == 0 || arena + outliving <= alone) {
       backoff = 1;
       return true;
     }

@@ -59,6 +59,7 @@ struct Entry {
   std::uint64_t id;
   std::weak_ptr<const alloc::Allocator> allocator;
   PoolInfo info;
+  SnapshotFill fill;
 };
 
 // The process-wide publisher. Deliberately never destroyed: registrations held by static objects
@@ -75,7 +76,8 @@ class Publisher {
     return *p;
   }
 
-  std::uint64_t add(std::shared_ptr<const alloc::Allocator> allocator, PoolInfo info) {
+  std::uint64_t add(std::shared_ptr<const alloc::Allocator> allocator, PoolInfo info,
+                    SnapshotFill fill) {
     std::unique_lock lock(mu_);
     if (exiting_) return 0;
     if (!resolved_) resolve_options();
@@ -86,7 +88,7 @@ class Publisher {
     // fork-safe (AddressSanitizer's), which the child would inherit held.
     cv_.wait(lock, [this] { return thread_ == nullptr || thread_running_; });
     std::uint64_t id = next_id_++;
-    entries_.push_back(Entry{id, allocator, std::move(info)});
+    entries_.push_back(Entry{id, allocator, std::move(info), std::move(fill)});
     wake_ = true;
     cv_.notify_all();
     return id;
@@ -198,10 +200,9 @@ class Publisher {
     bytes_ = bytes;
     name_ = name;
     owner_pid_ = pid;
-    writer_.emplace(base, effective_.capacity, pid, uid, this_process_name(),
-                    process_start_ticks(pid),
-                    static_cast<std::uint64_t>(effective_.interval.count()),
-                    this_process_command());
+    writer_.emplace(
+        base, effective_.capacity, pid, uid, this_process_name(), process_start_ticks(pid),
+        static_cast<std::uint64_t>(effective_.interval.count()), this_process_command());
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { instance().at_exit(); });
@@ -249,14 +250,19 @@ class Publisher {
     // allocator was dropped could write after one that saw it gone (a stale segment), and an
     // allocator kept alive by the other update's copy would still be published.
     std::unique_lock ulock(update_mu_);
-    std::vector<std::pair<std::shared_ptr<const alloc::Allocator>, PoolInfo>> live;
+    struct Live {
+      std::shared_ptr<const alloc::Allocator> allocator;
+      PoolInfo info;
+      SnapshotFill fill;
+    };
+    std::vector<Live> live;
     {
       std::unique_lock lock(mu_);
       if (base_ == nullptr) return;
       std::vector<std::uint64_t> expired;
       for (const Entry& e : entries_) {
         if (auto a = e.allocator.lock()) {
-          live.emplace_back(std::move(a), e.info);
+          live.push_back(Live{std::move(a), e.info, e.fill});
         } else {
           expired.push_back(e.id);
         }
@@ -268,12 +274,12 @@ class Publisher {
     std::vector<PoolSnapshot> pools;
     pools.reserve(live.size());
     std::uint64_t now = wall_clock_ns();
-    for (auto& [allocator, info] : live) {
+    for (auto& [allocator, info, fill] : live) {
       PoolInfo filled = info;
       if (filled.strategy.empty()) filled.strategy = first_word(allocator->describe());
       PoolSnapshot s = snapshot_of(allocator->stats(), filled);
-      if (filled.fill) {
-        filled.fill(s);
+      if (fill) {
+        fill(s);
       } else if (auto* planned = dynamic_cast<const alloc::PlannedAllocator*>(allocator.get())) {
         const alloc::PlannedStats p = planned->planned_stats();
         s.plan_hits = p.hits;
@@ -363,9 +369,11 @@ void PoolRegistration::reset() noexcept {
   id_ = 0;
 }
 
-PoolRegistration publish(std::shared_ptr<const alloc::Allocator> allocator, PoolInfo info) {
+PoolRegistration publish(std::shared_ptr<const alloc::Allocator> allocator, PoolInfo info,
+                         SnapshotFill fill) {
   if (!allocator) return PoolRegistration();
-  return PoolRegistration(Publisher::instance().add(std::move(allocator), std::move(info)));
+  return PoolRegistration(
+      Publisher::instance().add(std::move(allocator), std::move(info), std::move(fill)));
 }
 
 void configure(const PublisherOptions& options) {

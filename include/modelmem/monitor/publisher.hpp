@@ -28,10 +28,10 @@ struct PoolInfo {
   std::string device;
   std::string strategy;
   std::size_t budget = 0;  ///< quota or planned size in bytes; 0 = none
-  /// Called after each snapshot to add what Stats does not hold (e.g. plan hits). Without it,
-  /// a PlannedAllocator's hits and misses are filled in.
-  std::function<void(PoolSnapshot&)> fill;
 };
+
+/// Called after each snapshot of a pool to add what Stats does not hold (e.g. plan hits).
+using SnapshotFill = std::function<void(PoolSnapshot&)>;
 
 struct PublisherOptions {
   bool enabled = true;
@@ -52,7 +52,7 @@ class PoolRegistration {
   bool active() const noexcept { return id_ != 0; }
 
  private:
-  friend PoolRegistration publish(std::shared_ptr<const alloc::Allocator>, PoolInfo);
+  friend PoolRegistration publish(std::shared_ptr<const alloc::Allocator>, PoolInfo, SnapshotFill);
   explicit PoolRegistration(std::uint64_t id) : id_(id) {}
   std::uint64_t id_ = 0;
 };
@@ -61,8 +61,10 @@ class PoolRegistration {
 /// expires (only a weak reference is kept; the publisher thread briefly holds a strong one while
 /// it copies the statistics). Returns an inactive registration when publishing is off or the
 /// segment cannot be created (a one-line note on stderr says why); never throws for that.
+/// `fill`, when given, completes each snapshot; without it a PlannedAllocator's plan hits and
+/// misses are filled in.
 [[nodiscard]] PoolRegistration publish(std::shared_ptr<const alloc::Allocator> allocator,
-                                       PoolInfo info);
+                                       PoolInfo info, SnapshotFill fill = {});
 
 /// Sets the options; takes effect for a segment created afterwards (call before publish()).
 void configure(const PublisherOptions& options);
