@@ -12,10 +12,11 @@ cli=$build/modelmem
 python=/usr/bin/python3
 export OMP_NUM_THREADS=1
 
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
 measure() {  # prints "faults seconds" of one run of "$@"
-  local out
-  out=$( { /usr/bin/env time -f '%R %e' "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  echo "$out"
+  /usr/bin/time -o "$tmp" -f '%R %e' "$@" >/dev/null 2>&1
+  tail -1 "$tmp"
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
