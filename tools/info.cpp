@@ -233,13 +233,14 @@ std::string to_table(const MachineView& v) {
   }
   out += "\nCommands:\n";
   for (const ProcessSnapshot& p : v.scan.processes)
-    out += fmt::format("  {:<8} {}\n", p.pid, cut(p.command.empty() ? p.process_name : p.command, 100));
+    out += fmt::format("  {:<8} {}\n", p.pid,
+                       cut(p.command.empty() ? p.process_name : p.command, 100));
   std::vector<std::string> planned;
   for (const ProcessSnapshot& p : v.scan.processes)
     for (const PoolSnapshot& s : p.pools)
       if (s.strategy == "planned" || s.plan_hits + s.plan_misses > 0)
-        planned.push_back(fmt::format("pid {} pool {}: {} hits, {} misses; peak reserved {}",
-                                      p.pid, s.name, s.plan_hits, s.plan_misses,
+        planned.push_back(fmt::format("pid {} pool {}: {} hits, {} misses; peak reserved {}", p.pid,
+                                      s.name, s.plan_hits, s.plan_misses,
                                       short_bytes(s.peak_reserved)));
   if (!planned.empty()) {
     out += "\nPlanned arenas:\n";

@@ -1,12 +1,15 @@
 // Test of the libtorch integration (run by ctest as libtorch_allocator): tensors made before
 // install() are freed by their own allocator, tensors made after come from modelmem, and a
-// repeated computation with step marks is served from the planned arena with the same results.
+// repeated computation with step marks is served from the planned arena with the same results;
+// the allocator is published to the monitor, and the C step marks are reachable through dlsym.
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 
 #include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/monitor/publisher.hpp"
 #include "modelmem_torch.hpp"
 
 int main() {
@@ -39,5 +42,19 @@ int main() {
               static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.misses), s.arena_size);
   if (!planned || s.hits == 0 || s.misses != 0) failures++;
+  if (modelmem::monitor::options().enabled && modelmem::monitor::current_segment().empty()) {
+    std::fprintf(stderr, "the installed allocator is not published to the monitor\n");
+    failures++;
+  }
+  // What ctypes.CDLL(None).modelmem_step_begin() finds.
+  auto begin = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "modelmem_step_begin"));
+  auto end = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "modelmem_step_end"));
+  if (begin == nullptr || end == nullptr || begin() != 0 || end() != 0) {
+    std::fprintf(stderr, "modelmem_step_begin/end not exported or failing\n");
+    failures++;
+  } else if (planned->planned_stats().steps != s.steps + 1) {
+    std::fprintf(stderr, "the C step marks did not reach the allocator\n");
+    failures++;
+  }
   return failures == 0 ? 0 : 1;
 }

@@ -514,9 +514,8 @@ void initialise() noexcept {
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     g_alloc = stack->built.allocator.get();
     g_router = dynamic_cast<alloc::PoolRouter*>(g_alloc);
-    g_planned = dynamic_cast<alloc::PlannedAllocator*>(g_router && g_router->main()
-                                                           ? g_router->main().get()
-                                                           : g_alloc);
+    g_planned = dynamic_cast<alloc::PlannedAllocator*>(
+        g_router && g_router->main() ? g_router->main().get() : g_alloc);
     g_describe = new std::string(g_alloc->describe());
     g_sizes = new std::unordered_map<const void*, std::size_t>();
     g_sizes->reserve(4096);

@@ -21,7 +21,9 @@ std::string trace_path_problem(const std::string& path) {
     return "";
   }
   const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   if (stat(dir.c_str(), &st) != 0) return head + "no such directory " + dir;
   if (!S_ISDIR(st.st_mode)) return head + dir + " is not a directory";
   if (access(dir.c_str(), W_OK | X_OK) != 0)
@@ -40,11 +42,10 @@ Stack build_stack(const std::string& conf, const std::string& trace_path, bool c
     throw InvalidInput(problem);
   s.threshold = s.config.get_size("preload_threshold_kb") << 10;
   s.cache_bytes = s.config.get_size("preload_cache_kb") << 10;
-  const std::size_t reserve =
-      checked_mul(s.config.get_size("preload_reserve_gb"), std::size_t{1} << 30,
-                  "preload_reserve_gb");
-  s.region = std::make_shared<RegionDevice>(
-      reserve, !check_only && s.config.get_bool("prefault"), s.config.get_bool("huge_pages"));
+  const std::size_t reserve = checked_mul(s.config.get_size("preload_reserve_gb"),
+                                          std::size_t{1} << 30, "preload_reserve_gb");
+  s.region = std::make_shared<RegionDevice>(reserve, !check_only && s.config.get_bool("prefault"),
+                                            s.config.get_bool("huge_pages"));
   // Those two are the region's (host memory) settings, taken here: build() would refuse them
   // for a device it did not make itself.
   config::Config c = s.config;

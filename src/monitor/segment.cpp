@@ -33,7 +33,7 @@ enum Header : std::size_t {
   kUpdateTimeWord,
   kUpdateCountWord,
   kIntervalWord,
-  kProcessNameWord,  // kProcessNameBytes / 8 words
+  kProcessNameWord,                                         // kProcessNameBytes / 8 words
   kCommandWord = kProcessNameWord + kProcessNameBytes / 8,  // kCommandBytes / 8 words
   kHeaderWords = kCommandWord + kCommandBytes / 8,
 };

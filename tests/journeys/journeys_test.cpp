@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -164,15 +164,15 @@ TEST(Journeys, UnderPlainLdPreloadTheLibrarySaysWhyItIsOffAndStrictMakesThatFata
   EXPECT_NE(r.err.find("static_pool_mb"), std::string::npos) << r.err;
 
   fs::remove(marker);
-  r = run(argv, {"LD_PRELOAD=" + kPreload, "MODELMEM_ALLOC_CONF=strategy:static",
-                 "MODELMEM_STRICT=1"});
+  r = run(argv,
+          {"LD_PRELOAD=" + kPreload, "MODELMEM_ALLOC_CONF=strategy:static", "MODELMEM_STRICT=1"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_FALSE(fs::exists(marker)) << "the program ran";
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("MODELMEM_STRICT=1"), std::string::npos) << r.err;
 
-  r = run(argv, {"LD_PRELOAD=" + kPreload, "MODELMEM_TRACE=/nonexistent/dir/t.csv",
-                 "MODELMEM_STRICT=1"});
+  r = run(argv,
+          {"LD_PRELOAD=" + kPreload, "MODELMEM_TRACE=/nonexistent/dir/t.csv", "MODELMEM_STRICT=1"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/dir"), std::string::npos) << r.err;
 }
@@ -261,8 +261,8 @@ json info_of(pid_t pid, Ready ready) {
 }
 
 TEST(Journeys, AProgramUnderRunShowsInInfoWithItsPool) {
-  Waiting w = start_waiting({kCli, "run", "--preload", kPreload, "--", kPython,
-                             kDir + "/wait_child.py"});
+  Waiting w =
+      start_waiting({kCli, "run", "--preload", kPreload, "--", kPython, kDir + "/wait_child.py"});
   ASSERT_EQ(read_line(w.from_child), "ready");
   json p = info_of(w.pid, [](const json& p) {
     return !p["pools"].empty() && p["pools"][0]["allocated"].get<std::uint64_t>() >= (8u << 20);
@@ -303,10 +303,10 @@ TEST(Journeys, PoolsFromTheConfigStringHoldTheirQuotasAndABreachNamesThePool) {
   EXPECT_EQ(budget["preload"], 0u);
   EXPECT_EQ(finish(w), 0);
 
-  Result r = run({kCli, "run", "--preload", kPreload, "--conf",
-                  "strategy:caching,pools:[bert:64,resnet:32]", "--", kPython,
-                  kDir + "/pools_child.py", "bert", "40", "resnet", "40", "resnet", "20", "bert",
-                  "16"});
+  Result r =
+      run({kCli, "run", "--preload", kPreload, "--conf",
+           "strategy:caching,pools:[bert:64,resnet:32]", "--", kPython, kDir + "/pools_child.py",
+           "bert", "40", "resnet", "40", "resnet", "20", "bert", "16"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("ok bert 40"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("refused resnet 40"), std::string::npos) << r.out;
@@ -318,7 +318,8 @@ TEST(Journeys, PoolsFromTheConfigStringHoldTheirQuotasAndABreachNamesThePool) {
 
   // Every request counts against the default pool.
   r = run({kCli, "run", "--preload", kPreload, "--conf", "pools:[small:16],default_pool:small",
-           "--", kPython, "-c", "b = bytearray(8 << 20)\ntry:\n  c = bytearray(12 << 20)\n"
+           "--", kPython, "-c",
+           "b = bytearray(8 << 20)\ntry:\n  c = bytearray(12 << 20)\n"
            "except MemoryError:\n  print('refused')\n"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("refused"), std::string::npos) << r.out << r.err;
@@ -328,9 +329,9 @@ TEST(Journeys, PoolsFromTheConfigStringHoldTheirQuotasAndABreachNamesThePool) {
 // ---- step marks from Python (planned_steps:marked)
 
 TEST(Journeys, StepMarksFromPythonPlanMarkedSteps) {
-  Result r = run({kCli, "run", "--preload", kPreload, "--report", "--conf",
-                  "strategy:planned,planned_steps:marked", "--", kPython,
-                  kDir + "/steps_child.py"});
+  Result r =
+      run({kCli, "run", "--preload", kPreload, "--report", "--conf",
+           "strategy:planned,planned_steps:marked", "--", kPython, kDir + "/steps_child.py"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("codes 0 0 0 0 0 0 0 0 0 0"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("steps             5"), std::string::npos) << r.err;
