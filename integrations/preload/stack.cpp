@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "modelmem/core/error.hpp"
+#include "preload_keys.hpp"
 
 namespace modelmem::preload {
 
@@ -33,6 +34,7 @@ std::string trace_path_problem(const std::string& path) {
 
 Stack build_stack(const std::string& conf, const std::string& trace_path, bool check_only) {
   Stack s;
+  register_config_keys();  // the preload's own keys (preload_keys.cpp), before parsing
   s.config = config::parse_config(conf.empty() ? kDefaultConf : conf);
   if (s.config.get("strategy") == "system") {
     s.off = true;

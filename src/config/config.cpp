@@ -1,7 +1,8 @@
 // The configuration string. Two steps, each with its own errors:
 //   1. tokenize `key:value,...` (brackets may hold commas) and check each value's form against
-//      the key table (key_table() below: to add a key, add a row there and, if it builds
-//      something, read it in factory.cpp's build());
+//      the key table (core_keys() below: to add a key of the core, add a row there and, if it
+//      builds something, read it in factory.cpp's build(); layers above the core register
+//      their own keys with register_keys, e.g. integrations/preload/preload_keys.cpp);
 //   2. check combinations: a key the chosen stack would ignore is an error, so a typo in intent
 //      ("max_split_size_mb with expandable segments") is caught at parse time, not in production.
 #include "modelmem/config/config.hpp"
@@ -61,7 +62,7 @@ bool is_pow2(std::size_t v) {
 
 // ---- value checks: each returns the normalised value or throws naming the key ----
 
-using Check = std::string (*)(const std::string& key, std::string_view value);
+using Check = KeyCheck;
 
 std::string check_bool(const std::string& key, std::string_view v) {
   if (v == "True" || v == "true" || v == "1") return "True";
@@ -196,8 +197,9 @@ struct KeySpec {
   Check check;
 };
 
-const std::vector<KeySpec>& key_table() {
-  static const std::vector<KeySpec> table = {
+// The core's keys. Layers above the core register theirs (register_keys); they follow these.
+std::vector<KeySpec> core_keys() {
+  return {
       {{"strategy", "caching", "static | caching | system | planned",
         "static: one pool taken up front, best fit inside it; caching: PyTorch's caching pool; "
         "system: the C heap (baseline); planned: learn one step, serve later steps from a "
@@ -292,19 +294,27 @@ const std::vector<KeySpec>& key_table() {
         "the pool of requests from threads that selected none (default: the process's own "
         "stack, no quota)"},
        check_pool_name},
-      {{"preload_threshold_kb", "64", "whole number > 0",
-        "LD_PRELOAD library: requests of at least this many KiB go to modelmem, the rest to "
-        "the C library"},
-       check_positive},
-      {{"preload_cache_kb", "1024", "whole number",
-        "LD_PRELOAD library: per-thread cache of freed small blocks in front of the C library "
-        "(KiB per thread; 0: off; not used when another allocator is preloaded after modelmem)"},
-       check_count},
-      {{"preload_reserve_gb", "256", "whole number > 0",
-        "LD_PRELOAD library: address space reserved for modelmem's memory (GiB, no memory)"},
-       check_positive},
   };
-  return table;
+}
+
+// Every known key: the core's, then the registered ones in the order they were registered.
+struct KeyRegistry {
+  std::mutex mutex;
+  std::vector<KeySpec> specs = core_keys();
+  std::vector<ConfigKey> rows = [this] {
+    std::vector<ConfigKey> out;
+    for (const auto& k : specs) out.push_back(k.info);
+    return out;
+  }();
+};
+
+KeyRegistry& registry() {
+  static KeyRegistry r;
+  return r;
+}
+
+const std::vector<KeySpec>& key_table() {
+  return registry().specs;
 }
 
 const KeySpec* find_key(std::string_view name) {
@@ -415,12 +425,27 @@ void check_combinations(const Config& c) {
 // ---------------------------------------------------------------------------------------------
 
 const std::vector<ConfigKey>& config_keys() {
-  static const std::vector<ConfigKey> keys = [] {
-    std::vector<ConfigKey> out;
-    for (const auto& k : key_table()) out.push_back(k.info);
-    return out;
-  }();
-  return keys;
+  return registry().rows;
+}
+
+void register_keys(std::span<const KeyRegistration> keys) {
+  KeyRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const KeyRegistration& k : keys) {
+    if (k.check == nullptr) throw InvalidInput("config: key '" + k.key.name + "' has no check");
+    auto same = [&](const KeySpec& s) { return s.info.name == k.key.name; };
+    if (std::find_if(r.specs.begin(), r.specs.end(), same) != r.specs.end()) continue;
+    r.specs.push_back(KeySpec{k.key, k.check});
+    r.rows.push_back(k.key);
+  }
+}
+
+std::string check_whole_number(const std::string& key, std::string_view value) {
+  return check_count(key, value);
+}
+
+std::string check_positive_number(const std::string& key, std::string_view value) {
+  return check_positive(key, value);
 }
 
 std::string Config::get(const std::string& key) const {

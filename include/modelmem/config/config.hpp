@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,8 +37,26 @@ struct ConfigKey {
   std::string values;         ///< accepted forms
   std::string meaning;
 };
-/// Every known key, in the order `modelmem config` prints them.
+/// Every known key, in the order `modelmem config` prints them: the core's, then those other
+/// layers registered, in the order they registered them.
 const std::vector<ConfigKey>& config_keys();
+
+/// Checks one value of a key: returns it normalised, or throws InvalidInput naming the key.
+using KeyCheck = std::string (*)(const std::string& key, std::string_view value);
+/// The checks other layers' keys use: a whole number; a whole number > 0.
+std::string check_whole_number(const std::string& key, std::string_view value);
+std::string check_positive_number(const std::string& key, std::string_view value);
+
+/// A key of a layer above the core (the LD_PRELOAD library's keys live in
+/// integrations/preload/preload_keys.cpp): parse_config accepts it, config_keys() lists it.
+struct KeyRegistration {
+  ConfigKey key;
+  KeyCheck check;
+};
+/// Registers keys (a name already known is left as it is). Call before parsing or listing
+/// (from a static initialiser or an initialisation function); references from config_keys()
+/// taken earlier may be invalidated.
+void register_keys(std::span<const KeyRegistration> keys);
 
 /// PyTorch's roundup_power2_divisions forms, a single power of two ("4") or a list of
 /// (interval lower edge in MiB, divisions) with ">" for all larger intervals
