@@ -15,7 +15,9 @@ void expect_consistent(const FreeList& f) {
   bool first = true;
   for (auto& [offset, size] : f.by_offset()) {
     ASSERT_GT(size, 0u);
-    if (!first) ASSERT_GT(offset, prev_end) << "touching or overlapping free ranges";
+    if (!first) {
+      ASSERT_GT(offset, prev_end) << "touching or overlapping free ranges";
+    }
     first = false;
     prev_end = offset + size;
     bytes += size;
