@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "alloc/pool_invariants.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
@@ -158,6 +159,7 @@ TEST_P(CachingRandom, NoBlockHandedOutTwice) {
               s.allocated_bytes.small.current + s.allocated_bytes.large.current);
     ASSERT_EQ(s.reserved_bytes.all.current,
               s.reserved_bytes.small.current + s.reserved_bytes.large.current);
+    MODELMEM_EXPECT_POOL_OK(a);
   }
   for (const Live& b : live) {
     ASSERT_TRUE(check(b));

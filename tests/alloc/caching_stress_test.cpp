@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/pool_invariants.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
@@ -98,6 +99,8 @@ void stress(bool expandable, std::size_t thread_cache = 0, bool membarrier = tru
   const std::size_t ops = ops_per_thread();
   constexpr int kThreads = 8;
   std::atomic<int> failures{0};
+  std::mutex first_broken_mutex;
+  std::string first_broken;  // the first invariant the checker found broken
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -144,6 +147,14 @@ void stress(bool expandable, std::size_t thread_cache = 0, bool membarrier = tru
           const Stats s = a.stats();
           if (s.allocated_bytes.all.current > s.reserved_bytes.all.current) ++failures;
         }
+        if (kCheckPoolInvariants) {
+          const std::string broken = a.check_invariants();
+          if (!broken.empty()) {
+            ++failures;
+            std::lock_guard lock(first_broken_mutex);
+            if (first_broken.empty()) first_broken = broken;
+          }
+        }
       }
       for (const Block& b : mine) {
         if (!intact(b)) ++failures;
@@ -158,7 +169,8 @@ void stress(bool expandable, std::size_t thread_cache = 0, bool membarrier = tru
     shadow.erase(reinterpret_cast<std::uintptr_t>(b.ptr));
     a.deallocate(b.ptr);
   }
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << first_broken;
+  MODELMEM_EXPECT_POOL_OK(a);
   a.synchronize();
   Stats s = a.stats();
   EXPECT_EQ(s.allocated_bytes.all.current, 0);

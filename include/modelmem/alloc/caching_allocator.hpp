@@ -116,7 +116,16 @@ class CachingAllocator : public Allocator {
   const CachingOptions& options() const noexcept;
   const device::DevicePtr& device() const noexcept;
 
+  /// Checks the pool's invariants under its lock: the blocks of every segment tile it, each
+  /// block is in exactly one of the live map, a free set, an unmapped set or the pending list,
+  /// no two adjacent blocks are both free (or both unmapped), and the statistics equal a recount
+  /// of the blocks. Returns the first violation found, or an empty string. O(blocks): for tests
+  /// and debugging (builds with MODELMEM_CHECK_INVARIANTS call it after every operation of the
+  /// random and stress tests).
+  std::string check_invariants() const;
+
  private:
+  friend struct CachingAllocatorTestAccess;  // tests/alloc: corrupts a state on purpose
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
