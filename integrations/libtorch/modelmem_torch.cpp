@@ -18,6 +18,7 @@
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
+#include "preload_keys.hpp"
 
 namespace modelmem::torch {
 
@@ -127,6 +128,8 @@ void install(std::shared_ptr<alloc::Allocator> allocator) {
 }
 
 std::shared_ptr<alloc::Allocator> install(const std::string& config) {
+  // The string may be the one `modelmem run` gives the LD_PRELOAD library too.
+  preload::register_config_keys();
   auto built = config::build(config::parse_config(config));
   install(built.allocator);
   return built.allocator;
