@@ -1,8 +1,7 @@
 // The configuration string. Two steps, each with its own errors:
 //   1. tokenize `key:value,...` (brackets may hold commas) and check each value's form against
-//      the key table (core_keys() below: to add a key of the core, add a row there and, if it
-//      builds something, read it in factory.cpp's build(); layers above the core register
-//      their own keys with register_keys, e.g. integrations/preload/preload_keys.cpp);
+//      the key table (core_keys() below, then keys other layers register, e.g. the preload's;
+//      a key that builds something is read in factory.cpp's build());
 //   2. check combinations: a key the chosen stack would ignore is an error, so a typo in intent
 //      ("max_split_size_mb with expandable segments") is caught at parse time, not in production.
 #include "modelmem/config/config.hpp"
@@ -197,7 +196,6 @@ struct KeySpec {
   Check check;
 };
 
-// The core's keys. Layers above the core register theirs (register_keys); they follow these.
 std::vector<KeySpec> core_keys() {
   return {
       {{"strategy", "caching", "static | caching | system | planned",
@@ -301,11 +299,10 @@ std::vector<KeySpec> core_keys() {
 struct KeyRegistry {
   std::mutex mutex;
   std::vector<KeySpec> specs = core_keys();
-  std::vector<ConfigKey> rows = [this] {
-    std::vector<ConfigKey> out;
-    for (const auto& k : specs) out.push_back(k.info);
-    return out;
-  }();
+  std::vector<ConfigKey> rows;
+  KeyRegistry() {
+    for (const auto& k : specs) rows.push_back(k.info);
+  }
 };
 
 KeyRegistry& registry() {
@@ -422,8 +419,6 @@ void check_combinations(const Config& c) {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-
 const std::vector<ConfigKey>& config_keys() {
   return registry().rows;
 }
@@ -432,9 +427,7 @@ void register_keys(std::span<const KeyRegistration> keys) {
   KeyRegistry& r = registry();
   std::lock_guard lock(r.mutex);
   for (const KeyRegistration& k : keys) {
-    if (k.check == nullptr) throw InvalidInput("config: key '" + k.key.name + "' has no check");
-    auto same = [&](const KeySpec& s) { return s.info.name == k.key.name; };
-    if (std::find_if(r.specs.begin(), r.specs.end(), same) != r.specs.end()) continue;
+    if (find_key(k.key.name) != nullptr) continue;  // a known name keeps its first row
     r.specs.push_back(KeySpec{k.key, k.check});
     r.rows.push_back(k.key);
   }

@@ -53,9 +53,9 @@ struct KeyRegistration {
   ConfigKey key;
   KeyCheck check;
 };
-/// Registers keys (a name already known is left as it is). Call before parsing or listing
-/// (from a static initialiser or an initialisation function); references from config_keys()
-/// taken earlier may be invalidated.
+/// Registers keys (a name already known is left as it is; `check` must not be null). Call before
+/// parsing or listing (from a static initialiser or an initialisation function); references from
+/// config_keys() taken earlier may be invalidated.
 void register_keys(std::span<const KeyRegistration> keys);
 
 /// PyTorch's roundup_power2_divisions forms, a single power of two ("4") or a list of
