@@ -13,12 +13,13 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/plan_io.hpp"
+#include "modelmem/plan/plan_json.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "paths.hpp"
 
 namespace modelmem::tools {
 namespace {
@@ -71,27 +72,15 @@ class Progress {
 
 void write_json(const std::string& path, const plan::Problem& problem, const plan::Plan& plan,
                 const plan::SolveResult& result) {
-  nlohmann::json buffers = nlohmann::json::array();
-  for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
-    const auto& b = problem.buffers[i];
-    buffers.push_back({{"id", b.id},
-                       {"lower", b.start},
-                       {"upper", b.end},
-                       {"size", b.size},
-                       {"alignment", b.alignment},
-                       {"offset", plan.offsets[i]}});
-  }
-  nlohmann::json doc = {
-      {"source", problem.name},
-      {"solver", result.solver},
-      {"arena_size", plan.arena_size},
-      {"lower_bound", result.lower_bound},
-      {"proven_optimal", result.proven_optimal},
-      {"capacity", problem.capacity ? nlohmann::json(*problem.capacity) : nlohmann::json(nullptr)},
-      {"buffers", std::move(buffers)}};
+  plan::PlanInfo info;
+  info.source = problem.name;
+  info.solver = result.solver;
+  info.lower_bound = result.lower_bound;
+  info.proven_optimal = result.proven_optimal;
+  info.capacity = problem.capacity;
   std::ofstream out(path);
   if (!out) throw InvalidInput(path + ": cannot open for writing");
-  out << doc.dump(2) << '\n';
+  plan::write_plan_json(out, problem, plan, info);
   if (!out) throw Error(path + ": write failed");
 }
 
@@ -120,6 +109,8 @@ int run_solve(const SolveArgs& args) {
   if (!args.output.empty() && !ends_with(".csv") && !ends_with(".json"))
     throw InvalidInput("--output " + args.output + ": the name must end in .csv or .json");
   if (!(args.time_limit > 0)) throw InvalidInput("--time-limit must be positive");
+  check_input_file(args.file, "problem file");
+  if (!args.output.empty()) check_output_file(args.output);
 
   std::vector<std::string> names;
   if (args.solver == "all") {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "modelmem/plan/plan_file.hpp"
 #include "modelmem/plan/plan_io.hpp"
 
 namespace fs = std::filesystem;
@@ -32,10 +34,11 @@ class SolveCli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  CliRun run(const std::string& args) {
+  CliRun run(const std::string& args) { return run_command("solve " + args); }
+  CliRun run_command(const std::string& args) {
     fs::path out = dir_ / "stdout", err = dir_ / "stderr";
     std::string cmd =
-        std::string(MODELMEM_CLI) + " solve " + args + " >" + out.string() + " 2>" + err.string();
+        std::string(MODELMEM_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
     int status = std::system(cmd.c_str());
     CliRun r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -96,11 +99,39 @@ TEST_F(SolveCli, WritesPlansAsCsvAndJson) {
   r = run(example() + " --solver best-fit -o " + json.string());
   ASSERT_EQ(r.code, 0) << r.err;
   auto doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["format"], "modelmem-plan");
+  EXPECT_EQ(doc["version"], 1);
   EXPECT_EQ(doc["solver"], "best-fit");
-  EXPECT_EQ(doc["lower_bound"], 26624);
+  EXPECT_EQ(doc["lower_bound_bytes"], 26624);
+  EXPECT_EQ(doc["weights_bytes"], 0);
+  EXPECT_EQ(doc["total_bytes"], doc["arena_bytes"]);
   ASSERT_EQ(doc["buffers"].size(), 8u);
+  std::size_t arena = 0;
+  for (const auto& b : doc["buffers"])
+    arena = std::max(arena, b["offset"].get<std::size_t>() + b["size"].get<std::size_t>());
+  EXPECT_EQ(doc["arena_bytes"], arena);
+  EXPECT_NE(r.out.find("arena " + std::to_string(arena) + ", to"), std::string::npos) << r.out;
   EXPECT_EQ(doc["buffers"][0]["id"], "input");
   EXPECT_TRUE(doc["buffers"][0].contains("offset"));
+  EXPECT_TRUE(doc["buffers"][0].contains("start"));
+  EXPECT_TRUE(doc["buffers"][0].contains("end"));
+  // The plan: config key reads the same file.
+  modelmem::plan::PlanSizes sizes = modelmem::plan::read_plan_sizes(json.string());
+  EXPECT_EQ(sizes.arena_bytes, arena);
+  EXPECT_EQ(sizes.weights_bytes, 0u);
+  CliRun accepted = run_command("config strategy:static,plan:" + json.string());
+  EXPECT_EQ(accepted.code, 0) << accepted.out << accepted.err;
+}
+
+TEST_F(SolveCli, ADirectoryOrAnUnwritableOutputIsOneLineBeforeAnyOutput) {
+  CliRun r = run(dir_.string() + " --solver naive");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "modelmem: error: " + dir_.string() + ": is a directory, not a problem file\n");
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  r = run(example() + " --solver naive -o " + dir_.string() + "/no/such/plan.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;  // the table is not printed before the error
 }
 
 TEST_F(SolveCli, BadInputIsOneLineAndExitCodeTwo) {
