@@ -1,4 +1,6 @@
-// `modelmem analyze TRACE`: summary and diagnosis of a recorded allocation trace.
+// `modelmem analyze TRACE`: summary and diagnosis of a recorded allocation trace. Parses its
+// flags, reads the trace, calls trace::analyze (and allocation_sites for snapshots and stacks)
+// and prints the library's renderers.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,33 +16,29 @@ namespace {
 struct AnalyzeArgs {
   std::string trace;
   bool json = false;
-  bool strict = false;
-  std::string solver;
-  double time_limit = 2.0;
+  trace::ReadOptions read;
+  trace::AnalyzeOptions options;
 };
 
 void setup(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<AnalyzeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "analyze", "Summarise an allocation trace and advise: static arena, buckets, config keys");
+      "analyze",
+      "Summarise an allocation trace and advise: planned arena, buckets, config strings");
   cmd->add_option(
          "trace", args->trace,
          "trace CSV (modelmem or the shared PyTorch format) or a PyTorch memory snapshot pickle")
       ->required();
   cmd->add_flag("--json", args->json, "print the analysis as JSON");
-  cmd->add_flag("--strict", args->strict, "fail on the first malformed line instead of skipping");
-  cmd->add_option("--solver", args->solver,
+  cmd->add_flag("--skip-bad", args->read.skip_bad,
+                "skip malformed lines (counted in the notes) instead of stopping at the first");
+  cmd->add_option("--solver", args->options.solver,
                   "solver for one step's plan (default: the best of the heuristics)");
-  cmd->add_option("--time-limit", args->time_limit, "seconds for a searching solver")
+  cmd->add_option("--time-limit", args->options.time_limit_s, "seconds for a searching solver")
       ->check(CLI::PositiveNumber);
   cmd->callback([args, &exit_code] {
-    trace::ReadOptions read;
-    read.strict = args->strict;
-    trace::Trace t = trace::read_trace(args->trace, read);
-    trace::AnalyzeOptions options;
-    options.solver = args->solver;
-    options.time_limit_s = args->time_limit;
-    trace::Analysis a = trace::analyze(t, options);
+    trace::Trace t = trace::read_trace(args->trace, args->read);
+    trace::Analysis a = trace::analyze(t, args->options);
     const auto sites = trace::allocation_sites(t);  // snapshot frames, MemoryLogger stacks
     if (args->json) {
       nlohmann::json j = trace::to_json(a);

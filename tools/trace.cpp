@@ -1,5 +1,6 @@
 // `modelmem trace IN -o OUT`: converts a trace to the modelmem CSV, the Perfetto / Chrome
 // trace-event JSON, or one step as a planning problem (MiniMalloc CSV, for `modelmem solve`).
+// Parses its flags, checks the output path, calls trace::convert_trace, then writes the file.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -9,79 +10,64 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/trace/export.hpp"
 #include "modelmem/trace/trace.hpp"
+#include "paths.hpp"
 
 namespace modelmem::tools {
 namespace {
 
 struct TraceArgs {
-  std::string input;
-  std::string output;
-  std::string format;
+  trace::ConvertRequest request;
   int step = -1;
   std::string window;
-  bool live_in = false;
 };
 
-trace::Window choose_window(const trace::Trace& t, const TraceArgs& args) {
-  if (!args.window.empty()) {
-    auto colon = args.window.find(':');
-    if (colon == std::string::npos)
-      throw InvalidInput(
-          fmt::format("--window '{}': expected BEGIN:END event indices", args.window));
-    try {
-      return {std::stoul(args.window.substr(0, colon)), std::stoul(args.window.substr(colon + 1))};
-    } catch (const std::exception&) {
-      throw InvalidInput(
-          fmt::format("--window '{}': expected BEGIN:END event indices", args.window));
-    }
+trace::Window parse_window(const std::string& text) {
+  auto colon = text.find(':');
+  std::size_t begin = 0, end = 0, used = 0;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    begin = std::stoul(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("junk");
+    end = std::stoul(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw std::invalid_argument("junk");
+  } catch (const std::exception&) {
+    throw InvalidInput(fmt::format("--window '{}': expected BEGIN:END event indices", text));
   }
-  auto steps = trace::marked_steps(t);
-  if (args.step >= 0) {
-    if (static_cast<std::size_t>(args.step) >= steps.size())
-      throw InvalidInput(fmt::format("{}: --step {} but the trace has {} marked steps", t.name,
-                                     args.step, steps.size()));
-    return steps[static_cast<std::size_t>(args.step)];
-  }
-  return {0, t.events.size()};
+  if (begin > end) throw InvalidInput(fmt::format("--window '{}': BEGIN is after END", text));
+  return {begin, end};
 }
 
 void setup(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TraceArgs>();
   CLI::App* cmd = app.add_subcommand(
       "trace", "Convert a trace: modelmem CSV, Perfetto JSON, or a step as a planning problem");
-  cmd->add_option("trace", args->input, "trace CSV")->required();
-  cmd->add_option("-o,--output", args->output, "output file")->required();
-  cmd->add_option("--format", args->format,
-                  "csv, perfetto or problem (default: from the extension, .json = perfetto)")
+  cmd->add_option("trace", args->request.input, "trace CSV")->required();
+  cmd->add_option("-o,--output", args->request.output, "output file")->required();
+  cmd->add_option("--format", args->request.format,
+                  "csv, perfetto or problem (default: from the extension: .csv = csv, "
+                  ".json = perfetto; any other extension needs --format)")
       ->check(CLI::IsMember({"csv", "perfetto", "problem"}));
-  cmd->add_option("--step", args->step, "problem: the marked step to convert (0-based)");
+  cmd->add_option("--step", args->step, "problem: the marked step to convert (0-based)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--window", args->window, "problem: event indices BEGIN:END instead of a step");
-  cmd->add_flag("--live-in", args->live_in,
+  cmd->add_flag("--live-in", args->request.live_in,
                 "problem: include blocks allocated before the window and live in it");
+  cmd->add_flag("--skip-bad", args->request.read.skip_bad,
+                "skip malformed trace lines (counted in a warning) instead of stopping");
   cmd->callback([args, &exit_code] {
-    trace::Trace t = trace::read_trace(args->input);
-    for (const auto& w : t.warnings) fmt::print(stderr, "warning: {}\n", w);
-    std::string format = args->format;
-    if (format.empty()) format = args->output.ends_with(".json") ? "perfetto" : "csv";
-    if (format == "csv") {
-      trace::write_csv(t, args->output);
-    } else {
-      std::ofstream out(args->output, std::ios::binary | std::ios::trunc);
-      if (!out) throw InvalidInput(fmt::format("{}: cannot write", args->output));
-      if (format == "perfetto") {
-        trace::write_perfetto_json(t, out);
-      } else {
-        trace::ProblemOptions options;
-        options.include_live_in = args->live_in;
-        plan::Problem p = trace::to_problem(t, choose_window(t, *args), options);
-        out << "id,lower,upper,size\n";
-        for (const plan::Buffer& b : p.buffers)
-          out << b.id << ',' << b.start << ',' << b.end << ',' << b.size << '\n';
-      }
-      out.flush();
-      if (!out) throw Error(fmt::format("{}: write failed", args->output));
-    }
-    fmt::print("wrote {} ({}, {} events)\n", args->output, format, t.events.size());
+    trace::ConvertRequest& request = args->request;
+    if (args->step >= 0) request.step = static_cast<std::size_t>(args->step);
+    if (!args->window.empty()) request.window = parse_window(args->window);
+    trace::conversion_format(request);  // a bad format or option fails before any work
+    check_output_file(request.output);
+    trace::Conversion c = trace::convert_trace(request);
+    std::ofstream out(request.output, std::ios::binary | std::ios::trunc);
+    if (!out) throw InvalidInput(fmt::format("{}: cannot write", request.output));
+    out << c.text;
+    out.flush();
+    if (!out) throw Error(fmt::format("{}: write failed", request.output));
+    for (const auto& w : c.warnings) fmt::print(stderr, "warning: {}\n", w);
+    fmt::print("wrote {} ({}, {} events)\n", request.output, c.format, c.events);
     exit_code = 0;
   });
 }

@@ -1,4 +1,5 @@
 // `modelmem viz TRACE -o trace.html`: a self-contained page to explore a trace in a browser.
+// Parses its flags, checks the output path, calls trace::make_viz, then writes the page.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -7,6 +8,7 @@
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/trace/viz.hpp"
+#include "paths.hpp"
 
 namespace modelmem::tools {
 namespace {
@@ -14,7 +16,8 @@ namespace {
 struct VizArgs {
   std::string trace;
   std::string output = "trace.html";
-  std::size_t max_blocks = 200000;
+  trace::ReadOptions read;
+  trace::VizOptions options;
 };
 
 void setup(CLI::App& app, int& exit_code) {
@@ -24,19 +27,23 @@ void setup(CLI::App& app, int& exit_code) {
       "Write a self-contained HTML page: memory over time per pool, blocks in address x time");
   cmd->add_option("trace", args->trace, "trace CSV")->required();
   cmd->add_option("-o,--output", args->output, "HTML file to write (default trace.html)");
-  cmd->add_option("--max-blocks", args->max_blocks, "draw at most this many (largest) blocks")
+  cmd->add_option("--max-blocks", args->options.max_blocks,
+                  "draw at most this many (largest) blocks")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--skip-bad", args->read.skip_bad,
+                "skip malformed trace lines (counted in a warning) instead of stopping");
   cmd->callback([args, &exit_code] {
-    trace::Trace t = trace::read_trace(args->trace);
-    for (const auto& w : t.warnings) fmt::print(stderr, "warning: {}\n", w);
+    if (!args->output.ends_with(".html") && !args->output.ends_with(".htm"))
+      throw InvalidInput(fmt::format("{}: the page is HTML: name the file .html", args->output));
+    check_output_file(args->output);
+    trace::VizPage page = trace::make_viz(args->trace, args->read, args->options);
     std::ofstream out(args->output, std::ios::binary | std::ios::trunc);
     if (!out) throw InvalidInput(fmt::format("{}: cannot write", args->output));
-    trace::VizOptions options;
-    options.max_blocks = args->max_blocks;
-    trace::write_viz_html(t, out, options);
+    out << page.html;
     out.flush();
     if (!out) throw Error(fmt::format("{}: write failed", args->output));
-    fmt::print("wrote {} ({} events)\n", args->output, t.events.size());
+    for (const auto& w : page.warnings) fmt::print(stderr, "warning: {}\n", w);
+    fmt::print("wrote {} ({} events)\n", args->output, page.events);
     exit_code = 0;
   });
 }

@@ -98,7 +98,8 @@ void bind_traces(py::module_& m) {
   py::class_<trace::Advice>(m, "Advice", "One finding of Trace.analyze() and what to do about it.")
       .def_readonly("topic", &trace::Advice::topic)
       .def_readonly("message", &trace::Advice::message)
-      .def_readonly("config", &trace::Advice::config, "suggested key:value settings")
+      .def_readonly("config", &trace::Advice::config,
+                    "a complete config string modelmem.config accepts (empty when none)")
       .def("__repr__", [](const trace::Advice& a) {
         return fmt::format("<Advice {}: {}>", a.topic, a.message);
       });
@@ -152,16 +153,16 @@ void bind_traces(py::module_& m) {
       m, "Trace", "An allocation trace: modelmem CSV, the shared PyTorch traces or a snapshot.")
       .def_static(
           "load",
-          [](const std::filesystem::path& path, bool strict) {
+          [](const std::filesystem::path& path, bool skip_bad) {
             trace::ReadOptions o;
-            o.strict = strict;
+            o.skip_bad = skip_bad;
             py::gil_scoped_release nogil;
             return std::make_shared<trace::Trace>(trace::read_trace(path, o));
           },
-          py::arg("path"), py::arg("strict") = false,
+          py::arg("path"), py::arg("skip_bad") = false,
           R"(Reads a trace: the modelmem trace CSV, the shared PyTorch traces, or a PyTorch /
-torch_npu memory snapshot pickle (read safely: nothing in it is executed). strict: fail on the
-first malformed line instead of skipping it with a warning.)")
+torch_npu memory snapshot pickle (read safely: nothing in it is executed). A malformed line
+raises ValueError naming file and line; skip_bad: skip such lines with a warning instead.)")
       .def_readonly("name", &trace::Trace::name)
       .def_readonly("warnings", &trace::Trace::warnings, "what reading skipped or found odd")
       .def_readonly("dropped", &trace::Trace::dropped, "events the recorder lost")

@@ -1,8 +1,13 @@
 #include "modelmem/trace/export.hpp"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <sstream>
+
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::trace {
 
@@ -115,6 +120,67 @@ void write_perfetto_json(const Trace& trace, std::ostream& out) {
   json doc = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
   if (trace.dropped > 0) doc["metadata"] = {{"dropped_events", trace.dropped}};
   out << doc.dump() << '\n';
+}
+
+std::string conversion_format(const ConvertRequest& request) {
+  std::string format = request.format;
+  if (format.empty()) {
+    const std::string& out = request.output;
+    if (out.ends_with(".json"))
+      format = "perfetto";
+    else if (out.ends_with(".csv"))
+      format = "csv";
+    else
+      throw InvalidInput(fmt::format(
+          "{}: unknown output extension: name the file .csv (modelmem trace CSV) or .json "
+          "(Perfetto), or give --format csv|perfetto|problem",
+          out));
+  }
+  if (format != "csv" && format != "perfetto" && format != "problem")
+    throw InvalidInput(fmt::format("--format {}: expected csv, perfetto or problem", format));
+  if (format != "problem" && (request.step || request.window || request.live_in))
+    throw InvalidInput(fmt::format(
+        "--step, --window and --live-in apply only to --format problem (the format is {})",
+        format));
+  if (request.step && request.window)
+    throw InvalidInput("--step and --window both choose the window: give one");
+  return format;
+}
+
+void write_problem_csv(const plan::Problem& problem, std::ostream& out) {
+  out << "id,lower,upper,size\n";
+  for (const plan::Buffer& b : problem.buffers)
+    out << b.id << ',' << b.start << ',' << b.end << ',' << b.size << '\n';
+}
+
+Conversion convert_trace(const ConvertRequest& request) {
+  Conversion c;
+  c.format = conversion_format(request);
+  Trace t = read_trace(request.input, request.read);
+  c.events = t.events.size();
+  c.warnings = t.warnings;
+  std::ostringstream out;
+  if (c.format == "csv") {
+    write_csv(t, out);
+  } else if (c.format == "perfetto") {
+    write_perfetto_json(t, out);
+  } else {
+    Window window{0, t.events.size()};
+    if (request.window) {
+      window = *request.window;
+    } else if (request.step) {
+      auto steps = marked_steps(t);
+      if (*request.step >= steps.size())
+        throw InvalidInput(fmt::format("{}: --step {} but the trace has {} marked steps", t.name,
+                                       *request.step, steps.size()));
+      window = steps[*request.step];
+    }
+    ProblemOptions options;
+    options.include_live_in = request.live_in;
+    write_problem_csv(to_problem(t, window, options), out);
+  }
+  c.text = std::move(out).str();
+  return c;
 }
 
 }  // namespace modelmem::trace

@@ -361,7 +361,7 @@ class Converter {
 
 Trace parse_snapshot(std::string_view data, const std::string& name, const ReadOptions& options) {
   Document doc = pickle::parse(data, name);
-  return Converter(doc, name, data.size(), options.strict).run();
+  return Converter(doc, name, data.size(), !options.skip_bad).run();
 }
 
 Trace read_snapshot(const std::filesystem::path& path, const ReadOptions& options) {

@@ -99,9 +99,11 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
   std::size_t out_of_order = 0;
 
   auto malformed = [&](const std::string& kind, const std::string& what) {
-    std::string message = fmt::format("{}:{}: {}; line skipped", name, line_no, what);
-    if (options.strict) throw InvalidInput(fmt::format("{}:{}: {}", name, line_no, what));
-    warnings.add(kind, std::move(message));
+    if (!options.skip_bad)
+      throw InvalidInput(
+          fmt::format("{}:{}: {} (--skip-bad skips malformed lines)", name, line_no, what));
+    ++trace.skipped_lines;
+    warnings.add(kind, fmt::format("{}:{}: {}; line skipped", name, line_no, what));
   };
 
   while (std::getline(in, line)) {
@@ -201,6 +203,9 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
   }
   if (in.bad()) throw InvalidInput(fmt::format("{}: read error", name));
   if (!have_header) throw InvalidInput(fmt::format("{}: empty file, no trace header", name));
+  if (trace.skipped_lines > 0)
+    warnings.add("skipped summary",
+                 fmt::format("{}: skipped {} malformed line(s)", name, trace.skipped_lines));
   if (out_of_order > 1)
     warnings.add("order summary",
                  fmt::format("{}: {} events out of time order", name, out_of_order));
@@ -213,6 +218,12 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
 }
 
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw InvalidInput(fmt::format("{}: no such trace file", path.string()));
+  if (std::filesystem::is_directory(status))
+    throw InvalidInput(fmt::format("{}: is a directory, not a trace file", path.string()));
   if (is_snapshot_file(path)) return read_snapshot(path, options);
   if (path.extension() == ".pickle" || path.extension() == ".pkl")
     throw InvalidInput(fmt::format(
@@ -312,6 +323,32 @@ Blocks match_blocks(const Trace& trace) {
         "between is missing; the earlier block is taken as freed there",
         trace.name, out.reused_live_addresses, first_reuse_line));
   return out;
+}
+
+std::vector<std::size_t> live_bytes_after(const Trace& trace, const Blocks& blocks) {
+  std::vector<std::size_t> closed_by_alloc(trace.events.size(), 0);
+  for (const Block& b : blocks.blocks)
+    if (b.free_index != kNever && trace.events[b.free_index].kind == alloc::EventKind::kAlloc)
+      closed_by_alloc[b.free_index] += b.size;
+  std::vector<std::size_t> after(trace.events.size(), 0);
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const std::size_t b = blocks.block_of_event[i];
+    if (b != kNever) {
+      if (trace.events[i].kind == alloc::EventKind::kAlloc)
+        live = live - closed_by_alloc[i] + blocks.blocks[b].size;
+      else if (blocks.blocks[b].free_index == i)
+        live -= blocks.blocks[b].size;
+    }
+    after[i] = live;
+  }
+  return after;
+}
+
+std::size_t peak_live_bytes(const Trace& trace, const Blocks& blocks) {
+  std::size_t peak = 0;
+  for (std::size_t v : live_bytes_after(trace, blocks)) peak = std::max(peak, v);
+  return peak;
 }
 
 std::vector<Window> marked_steps(const Trace& trace) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <sstream>
 
 #include "modelmem/trace/export.hpp"
 
@@ -213,6 +214,14 @@ void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& opt
     }
   }
   out << kPageHead << safe << kPageTail;
+}
+
+VizPage make_viz(const std::filesystem::path& path, const ReadOptions& read,
+                 const VizOptions& options) {
+  Trace t = read_trace(path, read);
+  std::ostringstream out;
+  write_viz_html(t, out, options);
+  return VizPage{std::move(out).str(), t.events.size(), t.warnings};
 }
 
 }  // namespace modelmem::trace

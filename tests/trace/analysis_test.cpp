@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "modelmem/trace/replay.hpp"
 #include "synthetic.hpp"
 
 namespace modelmem::trace {
@@ -21,9 +22,16 @@ const Advice* find_advice(const Analysis& a, const std::string& topic) {
   return nullptr;
 }
 
+// A key of the advice's config string starts with `prefix`.
 bool has_key(const Advice& adv, const std::string& prefix) {
-  return std::any_of(adv.config.begin(), adv.config.end(),
-                     [&](const std::string& k) { return k.rfind(prefix, 0) == 0; });
+  std::size_t start = 0;
+  while (start <= adv.config.size()) {
+    std::size_t comma = adv.config.find(',', start);
+    if (comma == std::string::npos) comma = adv.config.size();
+    if (adv.config.compare(start, prefix.size(), prefix) == 0) return true;
+    start = comma + 1;
+  }
+  return false;
 }
 
 // Peak of one step of add_step at scale 1: input 3 MiB + workspace + 1 MiB output.
@@ -49,9 +57,10 @@ TEST(Analyze, PeriodicTraceWithoutMarksGetsTheStaticArena) {
   const Advice* arena = find_advice(a, "static-arena");
   ASSERT_NE(arena, nullptr);
   EXPECT_NE(arena->message.find("repeats every 26 events"), std::string::npos) << arena->message;
-  const std::size_t mib = (a.groups[0].planned + a.groups[0].live_in + (1u << 20) - 1) / (1u << 20);
-  ASSERT_EQ(arena->config.size(), 1u);
-  EXPECT_EQ(arena->config[0], "static_pool_mb:" + std::to_string(mib));
+  EXPECT_NE(arena->message.find("strategy:planned"), std::string::npos) << arena->message;
+  EXPECT_EQ(arena->config, "strategy:planned,planned_steps:auto");
+  ASSERT_TRUE(arena->check.has_value());
+  EXPECT_EQ(arena->check->ooms, 0u);
   EXPECT_EQ(find_advice(a, "buckets"), nullptr);
   EXPECT_NE(find_advice(a, "static-pool"), nullptr);
 }
@@ -83,8 +92,8 @@ TEST(Analyze, VaryingDimensionGetsBuckets) {
             std::string::npos)
       << buckets->message;
   EXPECT_EQ(find_advice(a, "static-arena"), nullptr);
-  // The largest bucket's arena holds the x8 step.
-  EXPECT_TRUE(has_key(*buckets, "static_pool_mb:"));
+  // One plan per kind of step: the planned arena keeps 4 by default.
+  EXPECT_EQ(buckets->config, "strategy:planned,planned_steps:marked");
   EXPECT_EQ(a.peak_live, 8 * ((3u << 20) + (1u << 20)) + (64u << 10));
 }
 
@@ -114,8 +123,16 @@ TEST(Analyze, FragmentedTraceNamesTheCauseAndKeys) {
   EXPECT_EQ(a.reserved->fragmented, 7 * (seg - 2 * blk));
   EXPECT_NE(reserved->message.find("Causes, largest first: fragmentation"), std::string::npos)
       << reserved->message;
+  EXPECT_TRUE(has_key(*reserved, "strategy:caching"));
   EXPECT_TRUE(has_key(*reserved, "expandable_segments:True"));
   EXPECT_NE(reserved->message.find("max_split_size_mb:21"), std::string::npos);
+  // The numbers add up: reserved = live + unused, and the causes split the unused bytes.
+  const ReservedBreakdown& r = *a.reserved;
+  EXPECT_EQ(r.reserved, 8 * seg);
+  EXPECT_EQ(r.reserved, r.live + r.unused);
+  EXPECT_EQ(r.unused, r.in_empty_ranges + r.oversize + r.fragmented);
+  EXPECT_EQ(r.live, 14 * blk);
+  EXPECT_EQ(r.live_total, 14 * blk);
 }
 
 TEST(Analyze, DeadCachedSegmentsAreNamed) {
@@ -178,6 +195,73 @@ TEST(Analyze, JsonHasSummaryAndAdvice) {
   EXPECT_TRUE(j["reserved_at_peak"].is_null());
   std::string text = to_text(analyze(b.trace()));
   EXPECT_NE(text.find("diagnosis:"), std::string::npos);
+}
+
+TEST(Analyze, TimesCountFromTheFirstEvent) {
+  TraceBuilder b("late");
+  b.mark("step_begin");                 // t = 1000 ns
+  std::uintptr_t p = b.alloc(1 << 20);  // t = 2000 ns: the peak
+  b.free(p);
+  for (auto& e : b.trace().events) e.time_ns += 998'000'000'000ull;  // a clock counting from boot
+  Analysis a = analyze(b.trace());
+  EXPECT_EQ(a.start_time_ns, 998'000'001'000ull);
+  EXPECT_EQ(a.peak_live_time_ns, 1'000u);
+  EXPECT_NEAR(a.duration_s, 2e-6, 1e-12);
+  EXPECT_NE(to_text(a).find("(0.000 s from the first event)"), std::string::npos) << to_text(a);
+}
+
+TEST(Analyze, EveryAdvisedStringReplaysWithoutOom) {
+  TraceBuilder periodic("periodic");
+  for (int s = 0; s < 4; ++s) add_step(periodic, 1, false);
+  TraceBuilder varying("varying");
+  for (std::size_t scale : {1, 4, 2, 1, 4, 8, 16, 3}) add_step(varying, scale, true);
+  for (Trace* t : {&periodic.trace(), &varying.trace()}) {
+    SCOPED_TRACE(t->name);
+    Analysis a = analyze(*t);
+    std::size_t with_config = 0;
+    for (const Advice& adv : a.advice) {
+      if (adv.config.empty()) continue;
+      ++with_config;
+      SCOPED_TRACE(adv.config);
+      ASSERT_TRUE(adv.check.has_value());
+      EXPECT_EQ(adv.check->ooms, 0u);
+      ReplayOptions options;
+      options.touch = false;
+      ReplayResult r = replay(*t, *allocator_from_config(adv.config), options);
+      EXPECT_EQ(r.ooms, 0u);
+      EXPECT_EQ(r.peak_reserved, adv.check->peak_reserved);
+    }
+    EXPECT_GE(with_config, 2u);  // the planned arena (or buckets) and the static pool
+  }
+  // Six kinds of step (x1, 2, 3, 4, 8, 16): more than the 4 plans kept by default.
+  const Analysis varying_analysis = analyze(varying.trace());
+  const Advice* buckets = find_advice(varying_analysis, "buckets");
+  ASSERT_NE(buckets, nullptr);
+  EXPECT_EQ(buckets->config, "strategy:planned,planned_steps:marked,planned_max_plans:6");
+}
+
+TEST(Analyze, TheStaticPoolIsTheSmallestThatReplaysPlusTheMargin) {
+  TraceBuilder b("pool");
+  for (int s = 0; s < 3; ++s) add_step(b, 1, true);
+  Analysis a = analyze(b.trace());
+  const Advice* pool = find_advice(a, "static-pool");
+  ASSERT_NE(pool, nullptr);
+  StaticPoolSize size = advised_static_pool(b.trace());
+  EXPECT_EQ(a.static_pool_bytes, size.advised_bytes);
+  EXPECT_EQ(pool->config,
+            "strategy:static,static_pool_mb:" + std::to_string(size.advised_bytes >> 20));
+  const std::size_t need_mib = size.need_bytes >> 20;
+  EXPECT_EQ(size.advised_bytes >> 20, (need_mib * 11 + 9) / 10);  // +10%, rounded up
+  ReplayOptions options;
+  options.touch = false;
+  auto at = [&](std::size_t mib) {
+    return replay(b.trace(),
+                  *allocator_from_config("strategy:static,static_pool_mb:" + std::to_string(mib)),
+                  options)
+        .ooms;
+  };
+  EXPECT_EQ(at(need_mib), 0u);
+  EXPECT_GT(at(need_mib - 1), 0u);  // one MiB less does not hold the step
 }
 
 TEST(Analyze, BestFitPoolSimulation) {

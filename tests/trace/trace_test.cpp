@@ -157,7 +157,13 @@ TEST(TraceBadInput, MissingHeaderIsAnError) {
   EXPECT_THROW(read_trace("/nonexistent/trace.csv"), InvalidInput);
 }
 
-TEST(TraceBadInput, MalformedLinesAreSkippedWithTheirLine) {
+ReadOptions skip_bad() {
+  ReadOptions options;
+  options.skip_bad = true;
+  return options;
+}
+
+TEST(TraceBadInput, MalformedLinesAreSkippedWithTheirLineWhenAsked) {
   Trace t = parse(
       "event,time_ns,address,size,thread,label\n"
       "alloc,1,0x10,64,0,\n"
@@ -167,25 +173,47 @@ TEST(TraceBadInput, MalformedLinesAreSkippedWithTheirLine) {
       "alloc,5,0x40,,0,\n"
       "alloc,6,0x50,0,0,\n"
       "free,7,0x10,64,0,\n"
-      "alloc,8,0x60");
+      "alloc,8,0x60",
+      skip_bad());
   ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.skipped_lines, 6u);
+  EXPECT_TRUE(has_warning(t, "t.csv: skipped 6 malformed line(s)"));
   EXPECT_TRUE(has_warning(t, "t.csv:3: unknown event 'malloc'"));
   EXPECT_TRUE(has_warning(t, "t.csv:4: bad time_ns 'x'"));
   EXPECT_TRUE(has_warning(t, "t.csv:5: bad address '0xZZ'"));
   EXPECT_TRUE(has_warning(t, "t.csv:6: alloc event without size"));
   EXPECT_TRUE(has_warning(t, "t.csv:7: alloc of 0 bytes"));
   EXPECT_TRUE(has_warning(t, "t.csv:9: 3 fields where the header has 6 (truncated last line)"));
-  ReadOptions strict;
-  strict.strict = true;
-  EXPECT_THROW(parse("event,time_ns,address,size\nalloc,1,0x10,zz\n", strict), InvalidInput);
+}
+
+TEST(TraceBadInput, AMalformedLineIsAnErrorWithFileAndLineByDefault) {
+  try {
+    parse("event,time_ns,address,size\nalloc,1,0x10,64\nalloc,1,0x10,zz\n");
+    FAIL() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(std::string(e.what()), "t.csv:3: bad size 'zz' (--skip-bad skips malformed lines)");
+  }
+  EXPECT_THROW(parse("event,time_ns,address,size\nalloc,1,0x10\n"), InvalidInput);  // short
+  EXPECT_THROW(parse("event,time_ns,address,size\nalloc,1,0x10,8\nalloc,2,0x"),
+               InvalidInput);  // a truncated last line
+}
+
+TEST(TraceBadInput, ADirectoryIsNamed) {
+  try {
+    read_trace(std::filesystem::temp_directory_path());
+    FAIL() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory, not a trace file"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TraceBadInput, ManyWarningsOfOneKindAreSummarised) {
   std::string text = "event,time_ns,address,size\n";
   for (int i = 0; i < 50; ++i) text += "bogus,1,0x1,1\n";
-  Trace t = parse(text);
+  Trace t = parse(text, skip_bad());
   EXPECT_TRUE(t.events.empty());
-  EXPECT_EQ(t.warnings.size(), 6u);
+  EXPECT_EQ(t.warnings.size(), 7u);  // 5 kept, one "and 45 more", one "skipped 50"
   EXPECT_TRUE(has_warning(t, "and 45 more: unknown event"));
 }
 

@@ -1,12 +1,16 @@
 // `modelmem analyze`: what a trace says about a program's memory, and what to do about it.
 // A summary (sizes, peaks, rates), the repeating step, varying input dimensions, why reserved
-// memory exceeds live memory, and static pool sizes, each as concrete advice with config keys.
-// analyze() is a pure function of the trace (it runs planning heuristics on one step); thread-
-// compatible. Cost: O(n log n) plus the solver's time on one step.
+// memory exceeds live memory, and static pool sizes, each as concrete advice with a complete
+// config string that the trace has been replayed through. analyze() is a pure function of the
+// trace (it runs planning heuristics on one step of each kind and replays the trace through each
+// advised configuration on host memory, untouched); thread-compatible. Cost: O(n log n) plus the
+// solver's time on one step plus about log2(pool MiB) + 4 replays. The chapters are in
+// src/trace/analysis_*.cpp; the text and JSON renderers in analysis_render.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,9 +53,12 @@ struct StepGroup {
 };
 
 /// Where reserved-but-unused memory sits at the moment reserved memory peaks.
+/// The parts add up: reserved = live + unused, unused = in_empty_ranges + oversize + fragmented.
 struct ReservedBreakdown {
-  std::size_t reserved = 0;
-  std::size_t live = 0;
+  std::size_t reserved = 0;          ///< bytes of the reserved ranges at that moment
+  std::size_t live = 0;              ///< bytes of live blocks inside them
+  std::size_t unused = 0;            ///< reserved bytes no live block covers
+  std::size_t live_total = 0;        ///< every live byte of the trace at that moment
   std::size_t in_empty_ranges = 0;   ///< reserved ranges holding no live block (cached)
   std::size_t dead_cached = 0;       ///< of which never used again by a later allocation
   std::size_t oversize = 0;          ///< free bytes in ranges holding one block much smaller
@@ -60,10 +67,20 @@ struct ReservedBreakdown {
   std::size_t ranges = 0;            ///< contiguous reserved ranges at that moment
 };
 
+/// The trace replayed through an advised config string (host memory, untouched).
+struct AdviceCheck {
+  std::size_t ooms = 0;
+  std::size_t peak_reserved = 0;
+  std::size_t peak_live = 0;
+};
+
 struct Advice {
   std::string topic;    ///< "static-arena", "buckets", "reserved", "static-pool", "trace"
   std::string message;  ///< what was found and what to do, in a sentence or three
-  std::vector<std::string> config;  ///< suggested `key:value` settings, if any
+  /// A complete config string (`modelmem config` accepts it; MODELMEM_ALLOC_CONF syntax), or
+  /// empty when the advice has no setting. Never one whose replay had an OOM.
+  std::string config;
+  std::optional<AdviceCheck> check;  ///< the replay through `config`, when one ran
 };
 
 struct Analysis {
@@ -74,8 +91,9 @@ struct Analysis {
   std::vector<SizeBin> histogram;
   std::size_t bytes_allocated = 0;
   std::size_t peak_live = 0;
-  std::size_t peak_live_event = 0;  ///< index of the event where peak_live is first reached
-  std::uint64_t peak_live_time_ns = 0;
+  std::size_t peak_live_event = 0;      ///< index of the event where peak_live is first reached
+  std::uint64_t start_time_ns = 0;      ///< the first event's time_ns; times below count from it
+  std::uint64_t peak_live_time_ns = 0;  ///< since the first event
   std::optional<std::size_t> peak_reserved;  ///< known when the trace has segment/map events
   std::size_t never_freed = 0, never_freed_bytes = 0;
   std::size_t threads = 0;
@@ -85,6 +103,9 @@ struct Analysis {
   /// Simulated high-water mark of a best-fit static pool (256-byte aligned) replaying the trace:
   /// what a static pool needs, fragmentation included.
   std::size_t best_fit_pool = 0;
+  /// The advised static pool (whole MiB, margin included, checked by a replay when
+  /// AnalyzeOptions::check_advice), 0 when the trace allocates nothing.
+  std::size_t static_pool_bytes = 0;
   // Steps.
   bool steps_from_marks = false;
   plan::Period period;  ///< over the alloc/free events (marks excluded); indices are event ranks
@@ -104,10 +125,20 @@ struct AnalyzeOptions {
   double time_limit_s = 2.0;
   /// Reserved / peak live above this counts as "reserved greatly exceeds live".
   double reserved_ratio = 1.25;
+  /// Replay the trace through every advised config string (and size the static pool by
+  /// replays); off: the simulated best-fit pool sizes it, and no advice is checked.
+  bool check_advice = true;
+  /// Added to a replayed size for inputs the trace does not hold.
+  double margin = 0.10;
 };
 
 Analysis analyze(const Trace& trace, const AnalyzeOptions& options = {});
+/// `modelmem analyze FILE`: read_trace(path, read), then analyze(). Throws InvalidInput for a
+/// bad file (see read_trace).
+Analysis analyze_file(const std::filesystem::path& path, const ReadOptions& read = {},
+                      const AnalyzeOptions& options = {});
 
+/// The report `modelmem analyze` prints, and its `--json` form (docs/trace-format.md).
 std::string to_text(const Analysis& analysis);
 nlohmann::json to_json(const Analysis& analysis);
 
@@ -115,6 +146,18 @@ nlohmann::json to_json(const Analysis& analysis);
 /// order (frees of unknown blocks ignored). This is what a static pool of that policy needs.
 std::size_t simulate_best_fit_pool(const Trace& trace, const Blocks& blocks,
                                    std::size_t alignment = 256);
+
+/// A static pool sized by replays: the smallest whole-MiB `strategy:static` pool through which
+/// the trace replays with no OOM (need), that plus `margin` rounded up to MiB (advised), and the
+/// replay through the advised size (0 OOMs: it is grown a MiB at a time until so). All zero
+/// when the trace allocates nothing. analyze's static-pool advice and `replay --strategy static`
+/// use it.
+struct StaticPoolSize {
+  std::size_t need_bytes = 0;
+  std::size_t advised_bytes = 0;
+  AdviceCheck check;
+};
+StaticPoolSize advised_static_pool(const Trace& trace, double margin = 0.10);
 
 /// The smallest arena among the named solver (or, when empty, every heuristic registered)
 /// for `problem`; sets `solver_used`. Returns 0 for an empty problem.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "modelmem/plan/problem.hpp"
+
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
@@ -31,5 +33,35 @@ struct MemoryPoint {
 /// `has_reserved` is set when any segment/map event occurred.
 std::vector<MemoryPoint> memory_series(const Trace& trace, const Blocks& blocks,
                                        bool* has_reserved = nullptr);
+
+/// `modelmem trace IN -o OUT`: what to convert the trace into.
+struct ConvertRequest {
+  std::string input;   ///< trace CSV
+  ReadOptions read;    ///< skip_bad: `--skip-bad`
+  std::string format;  ///< csv, perfetto or problem
+  std::string output;  ///< the file the caller will write: names the format when none is given
+  std::optional<std::size_t> step;  ///< problem: the marked step (0-based)
+  std::optional<Window> window;     ///< problem: event indices instead of a step
+  bool live_in = false;             ///< problem: blocks live into the window become buffers
+};
+
+struct Conversion {
+  std::string format;  ///< the format written
+  std::size_t events = 0;
+  std::string text;  ///< the file's content, complete
+  std::vector<std::string> warnings;
+};
+
+/// The format a request asks for: `format` when given (csv, perfetto or problem), else from the
+/// output's extension (.csv -> csv, .json -> perfetto). Throws InvalidInput for an unknown format
+/// or extension, or --step/--window/--live-in without the problem format.
+std::string conversion_format(const ConvertRequest& request);
+
+/// Reads the trace and renders the whole output in memory (nothing is written: the caller writes
+/// `text` once it has it). Throws InvalidInput for a bad request, file, step or window.
+Conversion convert_trace(const ConvertRequest& request);
+
+/// One step as a MiniMalloc problem CSV (`id,lower,upper,size`), what `--format problem` writes.
+void write_problem_csv(const plan::Problem& problem, std::ostream& out);
 
 }  // namespace modelmem::trace

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "modelmem/alloc/allocator.hpp"
 #include "modelmem/trace/trace.hpp"
 
@@ -62,6 +64,38 @@ struct ReplayStrategy {
   std::function<std::shared_ptr<alloc::Allocator>(const StrategyContext&)> make;
 };
 const std::vector<ReplayStrategy>& replay_strategies();
+
+/// `modelmem replay TRACE`: what to replay.
+struct ReplayRequest {
+  std::string trace;             ///< path of the trace CSV
+  ReadOptions read;              ///< skip_bad: `--skip-bad`
+  std::string strategy = "all";  ///< a replay_strategies() name, "all", or "config"
+  /// A config string replayed as the strategy "config", beside `strategy` (both run: a
+  /// `--strategy NAME --config STR` compares the two); "config" alone needs it.
+  std::string config;
+  ReplayOptions options;
+};
+
+/// What `modelmem replay` shows: the trace, one result per strategy replayed, and notes on how
+/// the request was read (e.g. that a strategy and a config string were both replayed).
+struct ReplayReport {
+  std::string trace;
+  std::size_t events = 0;
+  std::size_t peak_live = 0;          ///< of the trace (requested bytes)
+  std::size_t static_pool_bytes = 0;  ///< the size the strategy "static" was given
+  std::vector<std::string> warnings;  ///< what reading the trace skipped or found odd
+  std::vector<std::string> notes;     ///< about the request
+  std::vector<ReplayResult> results;
+};
+
+/// Validates the whole request (strategy name, config string, the file) before replaying
+/// anything; throws InvalidInput with one line naming what is wrong.
+ReplayReport run_replay(const ReplayRequest& request);
+
+/// The table `modelmem replay` prints (header line, one row per strategy, notes), and its JSON:
+/// an array with one object per strategy replayed.
+std::string to_text(const ReplayReport& report);
+nlohmann::json to_json(const ReplayReport& report);
 
 /// The allocator a config string builds (config::build), for `replay --config`. Throws
 /// InvalidInput naming the key for a bad string.

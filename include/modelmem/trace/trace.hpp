@@ -35,22 +35,25 @@ struct Trace {
   std::string name;  ///< file name or what the caller calls it, for messages
   std::vector<TraceEvent> events;
   std::uint64_t dropped = 0;          ///< events the recorder lost to a full ring buffer
+  std::size_t skipped_lines = 0;      ///< malformed lines skipped (ReadOptions::skip_bad)
   std::vector<std::string> warnings;  ///< what reading skipped or found odd, one line each
 };
 
 struct ReadOptions {
-  /// Throw InvalidInput at the first malformed line instead of skipping it with a warning.
-  bool strict = false;
+  /// Skip malformed lines (each with a warning naming file and line, and a count) instead of
+  /// throwing InvalidInput at the first one (the default: `--skip-bad` on the command line).
+  bool skip_bad = false;
   /// Warnings kept per kind of problem; the rest are counted in one summary line.
   std::size_t max_warnings_per_kind = 5;
 };
 
 /// Reads a trace CSV. The header must name at least `event` and `time_ns` (any column order;
-/// unknown columns are ignored). Malformed lines (unknown event, bad number, missing field,
-/// a truncated last line) are skipped with a warning naming file and line; events out of time
-/// order are kept in file order with a warning. Throws InvalidInput for an unreadable file, a
-/// missing or unusable header, or (strict) the first malformed line. A file that starts like a
-/// pickle is read as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp).
+/// unknown columns are ignored). A malformed line (unknown event, bad number, missing field,
+/// a truncated last line) throws InvalidInput "FILE:LINE: what", or with skip_bad is skipped
+/// with a warning and counted in Trace::skipped_lines; events out of time order are kept in
+/// file order with a warning. Throws InvalidInput for a missing file, a directory, an
+/// unreadable file, or a missing or unusable header. A file that starts like a pickle is read
+/// as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp).
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options = {});
 Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& options = {});
 
@@ -88,6 +91,12 @@ struct Blocks {
   std::vector<std::string> warnings;
 };
 Blocks match_blocks(const Trace& trace);
+
+/// Requested bytes live after each event (blocks as match_blocks pairs them: an alloc at the
+/// address of a block whose free was lost closes that block first). One entry per event.
+std::vector<std::size_t> live_bytes_after(const Trace& trace, const Blocks& blocks);
+/// The largest of live_bytes_after (0 for a trace without allocations).
+std::size_t peak_live_bytes(const Trace& trace, const Blocks& blocks);
 
 /// A half-open range of event indices [begin, end).
 struct Window {

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <iosfwd>
+#include <string>
+#include <vector>
 
 #include "modelmem/trace/trace.hpp"
 
@@ -16,5 +19,14 @@ struct VizOptions {
 };
 
 void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& options = {});
+
+/// `modelmem viz TRACE`: the page of a trace file, rendered in memory (the caller writes it).
+struct VizPage {
+  std::string html;
+  std::size_t events = 0;
+  std::vector<std::string> warnings;  ///< what reading the trace skipped or found odd
+};
+VizPage make_viz(const std::filesystem::path& trace, const ReadOptions& read = {},
+                 const VizOptions& options = {});
 
 }  // namespace modelmem::trace
