@@ -1,5 +1,7 @@
 // `modelmem solve FILE.csv`: reads a MiniMalloc CSV problem, runs one solver or all of them,
-// prints a comparison table, and writes the best plan as CSV or JSON.
+// prints a comparison table, and writes the best plan as CSV or JSON. Parses its flags, checks
+// the paths, calls plan::run_solve (the table is its renderer's, printed row by row) and writes
+// the plan with plan::write_plan_csv / write_plan_json.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/plan_json.hpp"
+#include "modelmem/plan/solve_report.hpp"
 #include "modelmem/plan/solver.hpp"
 #include "paths.hpp"
 
@@ -45,9 +48,9 @@ std::size_t parse_bytes(const std::string& text, const char* what) {
 /// Progress on stderr for long searches, at most ten updates a second, erased when done.
 class Progress {
  public:
-  Progress(std::string solver, std::size_t lower_bound)
-      : solver_(std::move(solver)), lower_bound_(lower_bound), enabled_(isatty(2)) {}
+  explicit Progress(std::string solver) : solver_(std::move(solver)), enabled_(isatty(2)) {}
   ~Progress() { clear(); }
+  const std::string& solver() const { return solver_; }
   void clear() {
     if (shown_) std::fprintf(stderr, "\r\033[K");
     shown_ = false;
@@ -58,13 +61,11 @@ class Progress {
     if (shown_ && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
     shown_ = true;
-    std::fprintf(stderr, "\r\033[K%s: best arena %zu (%.4f x lower bound), %.1f s", solver_.c_str(),
-                 best, lower_bound_ ? double(best) / double(lower_bound_) : 0.0, elapsed);
+    std::fprintf(stderr, "\r\033[K%s: best arena %zu, %.1f s", solver_.c_str(), best, elapsed);
   }
 
  private:
   std::string solver_;
-  std::size_t lower_bound_;
   bool enabled_;
   bool shown_ = false;
   std::chrono::steady_clock::time_point last_;
@@ -112,69 +113,33 @@ int run_solve(const SolveArgs& args) {
   check_input_file(args.file, "problem file");
   if (!args.output.empty()) check_output_file(args.output);
 
-  std::vector<std::string> names;
-  if (args.solver == "all") {
-    names = plan::solver_names();
-  } else {
-    plan::make_solver(args.solver);  // unknown names fail before the file is read
-    names.push_back(args.solver);
-  }
-  plan::Problem problem = plan::read_problem_csv(args.file);
-  if (!args.capacity.empty()) problem.capacity = parse_bytes(args.capacity, "--capacity");
-  const std::size_t lb = plan::lower_bound(problem);
-
-  fmt::print("{}: {} buffers, lower bound {}", args.file, problem.buffers.size(), lb);
-  if (problem.capacity) fmt::print(", capacity {}", *problem.capacity);
-  fmt::print("\n\n{:<16} {:>14} {:>8} {:>7} {:>10}  {}\n", "solver", "arena", "/ LB", "proven",
-             "time (s)", "note");
-
-  std::optional<plan::SolveResult> best;
-  std::string best_row;  // the table row it came from (`best` may report the solver inside it)
-  std::size_t strongest_bound = lb;
-  for (const std::string& name : names) {
-    auto solver = plan::make_solver(name);
-    plan::SolveOptions options;
-    options.time_limit = std::chrono::duration<double>(args.time_limit);
-    options.threads = args.threads;
-    Progress progress(name, lb);
-    options.progress = [&progress](std::size_t arena, double elapsed) { progress(arena, elapsed); };
+  plan::SolveRequest request;
+  request.file = args.file;
+  request.solver = args.solver;
+  request.time_limit_s = args.time_limit;
+  request.threads = args.threads;
+  if (!args.capacity.empty()) request.capacity = parse_bytes(args.capacity, "--capacity");
+  std::optional<Progress> progress;
+  request.progress = [&progress](const std::string& solver, std::size_t best, double elapsed) {
+    if (!progress || progress->solver() != solver) progress.emplace(solver);
+    (*progress)(best, elapsed);
+  };
+  request.on_text = [&progress](const std::string& text) {
+    if (progress) progress->clear();
+    std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
-    plan::SolveResult r = solver->solve(problem, options);
-    progress.clear();
-    if (r.plan) {
-      auto v = plan::validate(problem, *r.plan);
-      if (!v) throw std::logic_error("solver " + name + " returned an invalid plan: " + v.message);
-    }
-    std::string arena = r.plan ? std::to_string(r.plan->arena_size) : "-";
-    std::string ratio =
-        r.plan && lb > 0 ? fmt::format("{:.4f}", double(r.plan->arena_size) / double(lb)) : "-";
-    std::string proven = r.proven_optimal ? "yes" : r.proven_infeasible ? "no fit" : "no";
-    fmt::print("{:<16} {:>14} {:>8} {:>7} {:>10.3f}  {}\n", name, arena, ratio, proven, r.seconds,
-               r.note);
-    strongest_bound = std::max(strongest_bound, r.lower_bound);
-    if (r.plan && (!best || r.plan->arena_size < best->plan->arena_size)) {
-      best = std::move(r);
-      best_row = name;
-    }
-  }
-  if (strongest_bound > lb)
-    fmt::print(
-        "\nproven lower bound {} ({:.4f} x the peak-live bound {}){}\n", strongest_bound,
-        double(strongest_bound) / double(lb), lb,
-        best && best->plan->arena_size == strongest_bound ? ": the best plan is optimal" : "");
-  std::fflush(stdout);
-  if (!best) {
+  };
+  plan::SolveReport report = plan::run_solve(request);
+  if (!report.best) {
     std::fprintf(stderr, "modelmem solve: no plan found%s\n",
-                 problem.capacity ? " within the capacity" : "");
+                 report.problem.capacity ? " within the capacity" : "");
     return 1;
   }
   if (!args.output.empty()) {
-    write_output(args.output, problem, *best);
-    std::string from = best_row == best->solver || best->solver.empty()
-                           ? best_row
-                           : best_row + " (found by " + best->solver + ")";
-    fmt::print("\nwrote the plan of {}, arena {}, to {}\n", from, best->plan->arena_size,
-               args.output);
+    const plan::SolveResult& best = report.rows[*report.best].result;
+    write_output(args.output, report.problem, best);
+    fmt::print("\nwrote the plan of {}, arena {}, to {}\n", report.best_from(),
+               best.plan->arena_size, args.output);
   }
   return 0;
 }

@@ -1,0 +1,57 @@
+// `modelmem solve PROBLEM.csv` as a library call: read a MiniMalloc problem, run one solver or
+// all of them, validate every plan, and keep the best; with the renderer of the comparison table
+// the command prints (so the command line and the Python package show the same thing). The
+// best plan is written with plan_io.hpp (CSV) or plan_json.hpp (JSON). Std-only.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modelmem/plan/problem.hpp"
+#include "modelmem/plan/solver.hpp"
+
+namespace modelmem::plan {
+
+struct SolveRequest {
+  std::string file;             ///< the problem (MiniMalloc CSV)
+  std::string solver = "best";  ///< a solver name, or "all" for every one
+  std::optional<std::size_t> capacity;
+  double time_limit_s = 10;  ///< per searching solver, > 0
+  unsigned threads = 1;      ///< for the large-instance phase of best (SolveOptions::threads)
+  /// Progress of a long search: solver name, best arena so far, seconds. May be empty.
+  std::function<void(const std::string&, std::size_t, double)> progress;
+  /// Called once the header is known and after each solver, for output as it comes. May be empty.
+  std::function<void(const std::string& text)> on_text;
+};
+
+struct SolveRow {
+  std::string name;  ///< the solver asked for (the result's `solver` may name one inside it)
+  SolveResult result;
+};
+
+struct SolveReport {
+  Problem problem;
+  std::size_t lower_bound = 0;  ///< the peak-live bound
+  /// The strongest lower bound any solver proved (>= lower_bound).
+  std::size_t strongest_bound = 0;
+  std::vector<SolveRow> rows;
+  std::optional<std::size_t> best;  ///< index into rows of the smallest arena, if any plan
+  /// "best-fit", or "best (found by greedy-size)" when the solver reports another inside it.
+  std::string best_from() const;
+};
+
+/// Checks the request (solver name, time limit, the file) before solving; InvalidInput for a
+/// bad one. A solver returning an invalid plan is a logic_error (a bug, not bad input).
+SolveReport run_solve(const SolveRequest& request);
+
+/// The first line and the table header; one table row; the closing line (a proven lower bound
+/// above the peak-live one, else nothing); all together for a whole report.
+std::string solve_header_text(const SolveReport& report);
+std::string solve_row_text(const SolveRow& row, std::size_t lower_bound);
+std::string solve_footer_text(const SolveReport& report);
+std::string to_text(const SolveReport& report);
+
+}  // namespace modelmem::plan
