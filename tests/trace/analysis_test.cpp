@@ -124,6 +124,8 @@ TEST(Analyze, FragmentedTraceNamesTheCauseAndKeys) {
   EXPECT_NE(reserved->message.find("Causes, largest first: fragmentation"), std::string::npos)
       << reserved->message;
   EXPECT_TRUE(has_key(*reserved, "strategy:caching"));
+  ASSERT_TRUE(reserved->check.has_value());
+  EXPECT_EQ(reserved->check->ooms, 0u);
   EXPECT_TRUE(has_key(*reserved, "expandable_segments:True"));
   EXPECT_NE(reserved->message.find("max_split_size_mb:21"), std::string::npos);
   // The numbers add up: reserved = live + unused, and the causes split the unused bytes.

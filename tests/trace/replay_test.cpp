@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
 
@@ -126,6 +127,53 @@ TEST(Replay, RepeatReplaysTheWholeTrace) {
   EXPECT_EQ(r.allocs, 6u);
   EXPECT_EQ(r.peak_live, 4096u + 8192u);
   EXPECT_EQ(heap.stats().allocated_bytes.all.current, 0);
+}
+
+}  // namespace
+}  // namespace modelmem::trace
+
+namespace modelmem::trace {
+namespace {
+
+TEST(RunReplay, TheRequestIsCheckedBeforeTheTraceIsRead) {
+  ReplayRequest request;
+  request.trace = "/nonexistent/trace.csv";
+  request.strategy = "nope";
+  try {
+    run_replay(request);
+    FAIL() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown strategy 'nope'"), std::string::npos);
+  }
+  request.strategy = "config";
+  EXPECT_THROW(run_replay(request), InvalidInput);  // needs a config string
+  request.config = "strategy:static";               // without a size
+  EXPECT_THROW(run_replay(request), InvalidInput);
+  request.config = "strategy:caching";
+  EXPECT_THROW(run_replay(request), InvalidInput);  // now the missing file
+}
+
+TEST(RunReplay, AStrategyAndAConfigStringAreBothReplayed) {
+  const auto path = std::filesystem::path(MODELMEM_SOURCE_DIR) / "examples" / "traces" /
+                    "torch_resnet50.events.csv";
+  ReplayRequest request;
+  request.trace = path.string();
+  request.strategy = "static";
+  request.config = "strategy:caching";
+  request.options.touch = false;
+  ReplayReport report = run_replay(request);
+  ASSERT_EQ(report.results.size(), 2u);
+  EXPECT_EQ(report.results[0].strategy, "static");
+  EXPECT_EQ(report.results[1].strategy, "config");
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.peak_live, 11763840u);
+  // The static pool is analyze's advice, replayed with no OOM.
+  EXPECT_EQ(report.static_pool_bytes, analyze(read_trace(path)).static_pool_bytes);
+  EXPECT_EQ(report.results[0].ooms, 0u);
+  EXPECT_EQ(report.results[0].peak_reserved, report.static_pool_bytes);
+  const std::string text = to_text(report);
+  EXPECT_NE(text.find("note: --strategy static and --config: both replayed"), std::string::npos);
+  EXPECT_EQ(to_json(report).size(), 2u);
 }
 
 }  // namespace
