@@ -43,7 +43,14 @@ std::string checked_text(const AdviceCheck& c) {
 void add_checked(const State& state, Analysis& a, const AnalyzeOptions& options, Advice advice,
                  std::string config) {
   if (options.check_advice) {
-    AdviceCheck check = replay_config(state.trace, config);
+    AdviceCheck check;
+    try {
+      check = replay_config(state.trace, config);
+    } catch (const Error& e) {  // e.g. the host refused the memory: say so, advise nothing
+      advice.message += fmt::format(" ({} could not be replayed here: {})", config, e.what());
+      a.advice.push_back(std::move(advice));
+      return;
+    }
     advice.message += " (" + checked_text(check) + ")";
     if (check.ooms > 0) {
       advice.message += fmt::format("; {} is not advised", config);
@@ -242,7 +249,19 @@ void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& o
          static_config(advised), std::nullopt});
     return;
   }
-  StaticPoolSize size = advised_static_pool(state.trace, options.margin);
+  StaticPoolSize size;
+  try {
+    size = advised_static_pool(state.trace, options.margin);
+  } catch (const Error& e) {  // e.g. the host refused a pool that large: say so, advise nothing
+    a.advice.push_back(
+        {"static-pool",
+         fmt::format("A best-fit pool replaying this trace reaches {} (peak live {}); a static "
+                     "pool could not be replayed here to size it: {}.",
+                     format_bytes(a.best_fit_pool), format_bytes(a.peak_live), e.what()),
+         {},
+         std::nullopt});
+    return;
+  }
   const std::size_t need = size.need_bytes / kMiB, advised = size.advised_bytes / kMiB;
   const AdviceCheck check = size.check;
   a.static_pool_bytes = size.advised_bytes;

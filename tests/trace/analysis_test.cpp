@@ -266,6 +266,25 @@ TEST(Analyze, TheStaticPoolIsTheSmallestThatReplaysPlusTheMargin) {
   EXPECT_GT(at(need_mib - 1), 0u);  // one MiB less does not hold the step
 }
 
+TEST(Analyze, ATraceNoReplayCanHoldGetsNoConfigString) {
+  // 2^50 bytes live: no host memory replays it; analyze still reports, and advises no string.
+  TraceBuilder b("huge");
+  for (int s = 0; s < 3; ++s) {
+    b.mark("step_begin");
+    std::uintptr_t p = b.alloc(std::size_t{1} << 50);
+    b.free(p);
+    b.mark("step_end");
+  }
+  Analysis a = analyze(b.trace());
+  EXPECT_EQ(a.peak_live, std::size_t{1} << 50);
+  ASSERT_NE(find_advice(a, "static-pool"), nullptr);
+  for (const Advice& adv : a.advice) {
+    SCOPED_TRACE(adv.message);
+    EXPECT_TRUE(adv.config.empty());
+  }
+  EXPECT_NO_THROW(to_text(a));
+}
+
 TEST(Analyze, BestFitPoolSimulation) {
   TraceBuilder b("pool");
   std::uintptr_t x = b.alloc(1000);  // 1024 aligned
