@@ -52,7 +52,7 @@ def main():
     print(f"{path}: {s['allocs']} allocations, peak live {s['peak_live'] / MiB:.1f} MiB, "
           f"peak reserved {(s['peak_reserved'] or 0) / MiB:.1f} MiB, {len(analysis.steps)} steps")
     for a in analysis.advice:
-        print(f"[{a.topic}] {a.message}" + (f"  config: {','.join(a.config)}" if a.config else ""))
+        print(f"[{a.topic}] {a.message}" + (f"  config: {a.config}" if a.config else ""))
     print("top allocation sites:")
     for site in analysis.sites[:5]:
         print(f"  {site.bytes / MiB:8.1f} MiB in {site.allocs:4} allocations  {site.site}")
