@@ -47,6 +47,8 @@ int run(const Args& args) {
     from = env ? "MODELMEM_ALLOC_CONF" : "defaults (MODELMEM_ALLOC_CONF is not set)";
   }
   config::Config config = config::parse_config(text);
+  // Built before anything is printed: a string the factory rejects prints its one error line.
+  config::Built built = config::build(config);
   std::printf("config: \"%s\" (from %s)\n", text.c_str(), from.c_str());
   std::printf("keys (* = given):\n");
   for (const auto& k : config::config_keys()) {
@@ -54,7 +56,6 @@ int run(const Args& args) {
     std::printf("  %c %-30s %s\n", config.has(k.name) ? '*' : ' ', k.name.c_str(),
                 v.empty() ? "-" : v.c_str());
   }
-  config::Built built = config::build(config);
   std::printf("stack:\n");
   for (const auto& [key, value] : built.settings)
     std::printf("    %-30s %s\n", key.c_str(), value.c_str());

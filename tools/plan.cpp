@@ -1,60 +1,63 @@
-// `modelmem plan MODEL.onnx`: the activation arena and weights a model needs, planned ahead of
-// time from the model itself, with the options of reduced precision, a memory-aware execution
-// order, sequence-length buckets and the static pool to provision.
+// `modelmem plan MODEL.onnx [MODEL2.onnx ...]`: parses the flags, calls model::plan_model() (or
+// model::plan_device() with --device-memory and several models) and renders the result with the
+// library's renderers. Every input is checked before anything is computed, and files are
+// written before the report is printed, so an error stops the command with nothing on stdout.
 #include <fmt/format.h>
+#include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
+#include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
-#include "modelmem/model/graph.hpp"
-#include "modelmem/model/lifetimes.hpp"
-#include "modelmem/model/order.hpp"
-#include "modelmem/model/report.hpp"
+#include "modelmem/model/plan_model.hpp"
+#include "modelmem/model/render.hpp"
 #include "modelmem/plan/solver.hpp"
+
+namespace fs = std::filesystem;
 
 namespace modelmem::tools {
 namespace {
 
 struct PlanArgs {
-  std::string model;
+  std::vector<std::string> models;
   std::vector<std::string> dims;
   std::string solver = "best";
   std::string order = "stored";
   std::string dtype = "fp32";
+  bool keep_weights_dtype = false;
   std::size_t alignment = 64;
+  std::string runtime = "static";
   std::string buckets;
   std::string lengths;
   std::optional<double> safety;
+  std::string device_memory;
   std::string json;
   std::string html;
   double time_limit = 10;
   std::size_t show_live = 8;
   bool no_in_place = false;
   bool no_alias = false;
+  bool no_conv_workspace = false;
+  bool no_module_scopes = false;
 };
 
-std::string bytes_text_plain(std::size_t b) {
-  // Thousands separators without depending on the locale.
-  std::string digits = std::to_string(b), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out + " B (" + format_bytes(b) + ")";
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
-  return s + "]";
+// An output path that can be written: not a directory, its directory exists and is writable.
+void check_output(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw InvalidInput(fmt::format("{} {}: is a directory", flag, path));
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    throw InvalidInput(fmt::format("{} {}: no directory {}", flag, path, dir.string()));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw InvalidInput(
+        fmt::format("{} {}: directory {} is not writable", flag, path, dir.string()));
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -64,187 +67,84 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) throw Error(path + ": write failed");
 }
 
-int run_plan(const PlanArgs& args) {
-  if (!(args.time_limit > 0)) throw InvalidInput("--time-limit must be positive");
-  if (args.safety && !(*args.safety >= 1.0 && std::isfinite(*args.safety)))
-    throw InvalidInput("--safety must be a factor >= 1");
-  if (args.alignment == 0) throw InvalidInput("--align must be positive");
-  if (!args.lengths.empty() && args.buckets.empty())
-    throw InvalidInput("--lengths needs --buckets (the padding waste is that of a bucket set)");
-
-  model::LoadOptions load;
+model::PlanOptions plan_options(const PlanArgs& args) {
+  model::PlanOptions o;
   for (const auto& d : args.dims) {
     auto [name, value] = model::parse_dim(d);
-    if (!load.dims.emplace(name, value).second)
+    if (!o.dims.emplace(name, value).second)
       throw InvalidInput(fmt::format("--dim {} given twice", name));
   }
-  std::optional<model::BucketSpec> buckets;
-  if (!args.buckets.empty()) {
-    buckets = model::parse_buckets(args.buckets);
-    if (load.dims.count(buckets->dim))
-      throw InvalidInput(
-          fmt::format("--buckets {} and --dim {} name the same dim", buckets->dim, buckets->dim));
-    load.dims[buckets->dim] = buckets->values.back();  // the main report: the largest bucket
-  }
-  model::LifetimeOptions lifetimes;
-  lifetimes.alignment = args.alignment;
-  lifetimes.in_place = !args.no_in_place;
-  lifetimes.alias = !args.no_alias;
-  lifetimes.float_bytes = args.dtype == "fp32" ? 4 : 2;
-  plan::SolveOptions solve;
-  solve.time_limit = std::chrono::duration<double>(args.time_limit);
+  o.solver = args.solver;
+  o.memory_order = args.order == "memory";
+  o.dtype = args.dtype;
+  o.keep_weights_dtype = args.keep_weights_dtype;
+  o.alignment = args.alignment;
+  o.runtime = model::parse_runtime(args.runtime);
+  o.in_place = !args.no_in_place;
+  o.alias = !args.no_alias;
+  o.eager_conv_workspace = !args.no_conv_workspace;
+  o.eager_module_scopes = !args.no_module_scopes;
+  if (!args.buckets.empty()) o.buckets = model::parse_buckets(args.buckets);
+  o.lengths_path = args.lengths;
+  o.safety = args.safety;
+  o.time_limit = args.time_limit;
+  return o;
+}
 
-  model::Graph graph = model::load_onnx(args.model, load);
-  std::string dims_text;
-  for (const auto& [k, v] : graph.dims)
-    dims_text += fmt::format("{}{}={}", dims_text.empty() ? "" : ", ", k, v);
-  const std::string family = model::guess_family(graph);
-  std::size_t activations = 0;
-  for (const auto& t : graph.tensors)
-    if (t.kind == model::TensorKind::kActivation || t.kind == model::TensorKind::kInput)
-      ++activations;
-  fmt::print(
-      "model          {}{}: {} nodes, {} tensors ({} folded to constants at load), family {}\n",
-      graph.source, dims_text.empty() ? "" : " (" + dims_text + ")", graph.nodes.size(),
-      graph.tensors.size(), graph.folded_nodes, family);
-
-  std::optional<model::OrderResult> order;
-  if (args.order == "memory") {
-    order = model::memory_order(graph, lifetimes);
-    lifetimes.order = order->order;
+int run_plan(const PlanArgs& args) {
+  model::PlanOptions options = plan_options(args);
+  model::validate(options);
+  check_output("--json", args.json);
+  check_output("--html", args.html);
+  if (!args.lengths.empty() && fs::is_directory(args.lengths))
+    throw InvalidInput(fmt::format("--lengths {}: is a directory", args.lengths));
+  for (const auto& m : args.models) {
+    std::error_code ec;
+    if (fs::is_directory(m, ec))
+      throw InvalidInput(fmt::format("{}: is a directory, not an ONNX model file", m));
   }
 
-  std::vector<std::string> solvers;
-  if (args.solver == "all") {
-    solvers = plan::solver_names();
-  } else {
-    solvers = {args.solver};
-  }
-  std::optional<model::ModelPlan> chosen;
-  std::vector<std::pair<std::string, model::ModelPlan>> runs;
-  for (const auto& name : solvers) {
-    auto mp = model::plan_model(graph, lifetimes, name, solve);
-    if (!chosen || mp.solve.plan->arena_size < chosen->solve.plan->arena_size) chosen = mp;
-    runs.emplace_back(name, std::move(mp));
-  }
-  const model::ModelPlan& mp = *chosen;
-  const model::Lifetimes& lt = mp.lifetimes;
-  const std::size_t arena = mp.solve.plan->arena_size;
-
-  fmt::print("weights        {} in {} initializers (separate region)\n",
-             bytes_text_plain(lt.weights_bytes), lt.weights_count);
-  fmt::print("activations    {} tensors, {} without reuse ({})\n", lt.activation_count,
-             bytes_text_plain(lt.activation_bytes_unshared),
-             args.dtype == "fp32" ? "float32 as stored" : "float32 planned as " + args.dtype);
-  fmt::print(
-      "buffers        {} after {} in-place outputs and {} views of activations ({} of weights)\n",
-      lt.problem.buffers.size(), lt.in_place, lt.aliases, lt.weight_views);
-  if (runs.size() > 1) {
-    fmt::print("solvers        {:<16} {:>14} {:>9} {:>10}\n", "solver", "arena bytes", "/ bound",
-               "seconds");
-    for (const auto& [name, r] : runs) {
-      fmt::print(
-          "               {:<16} {:>14} {:>9.4f} {:>10.4f}{}\n", name, r.solve.plan->arena_size,
-          mp.lower_bound ? static_cast<double>(r.solve.plan->arena_size) / mp.lower_bound : 1.0,
-          r.solve.seconds, r.solve.proven_optimal ? "  optimal" : "");
+  if (args.device_memory.empty()) {
+    if (args.models.size() > 1)
+      throw InvalidInput(fmt::format(
+          "{} models given: planning several models shares a device, give --device-memory SIZE",
+          args.models.size()));
+    model::ModelPlan mp = model::plan_model(args.models[0], options);
+    model::TextOptions text;
+    text.show_live = args.show_live;
+    std::string report = model::render_text(mp, text);
+    if (!args.json.empty()) {
+      write_file(args.json, model::render_json(mp).dump(1) + "\n");
+      report += fmt::format("json           {}\n", args.json);
     }
-  }
-  fmt::print("planned arena  {} by {} in {:.3f} s{}\n", bytes_text_plain(arena), mp.solve.solver,
-             mp.solve.seconds, mp.solve.proven_optimal ? " (proven optimal)" : "");
-  fmt::print(
-      "lower bound    {}; arena / lower bound = {:.4f}\n", bytes_text_plain(mp.lower_bound),
-      mp.lower_bound ? static_cast<double>(arena) / static_cast<double>(mp.lower_bound) : 1.0);
-  int largest = -1;
-  for (std::size_t t = 0; t < graph.tensors.size(); ++t) {
-    if (lt.buffer_of[t] < 0) continue;
-    if (largest < 0 || graph.tensors[t].bytes > graph.tensors[largest].bytes)
-      largest = static_cast<int>(t);
-  }
-  if (largest >= 0) {
-    const auto& t = graph.tensors[largest];
-    fmt::print("largest tensor {} {} {}: {}\n", t.name, model::dtype_name(t.dtype),
-               shape_text(t.shape),
-               bytes_text_plain(model::activation_bytes(t, lifetimes.float_bytes)));
-  }
-  if (!lt.order.empty()) {
-    auto step = static_cast<std::size_t>(mp.peak.step);
-    fmt::print("peak           step {} of {}, {}: {} buffers live\n", step, lt.order.size(),
-               graph.describe_node(lt.order[step]), mp.peak.live.size());
-    std::vector<std::size_t> live = mp.peak.live;
-    std::sort(live.begin(), live.end(), [&](std::size_t a, std::size_t b) {
-      return lt.problem.buffers[a].size > lt.problem.buffers[b].size;
-    });
-    for (std::size_t i = 0; i < live.size() && i < args.show_live; ++i) {
-      const auto& b = lt.problem.buffers[live[i]];
-      std::string names;
-      for (int t : lt.tensors_of[live[i]])
-        names += (names.empty() ? "" : " = ") + graph.tensors[t].name;
-      fmt::print("                 {:>12}  steps {}..{}  {}\n", format_bytes(b.size), b.start,
-                 b.end - 1, names);
+    if (!args.html.empty()) {
+      write_file(args.html, model::render_html(mp));
+      report += fmt::format("html           {}\n", args.html);
     }
-    if (live.size() > args.show_live)
-      fmt::print("                 ... and {} more\n", live.size() - args.show_live);
-  }
-  if (order) {
-    fmt::print("order          memory ({}, {:.3f} s): peak {} vs stored order {}\n", order->method,
-               order->seconds, bytes_text_plain(order->peak), bytes_text_plain(order->stored_peak));
-  } else {
-    fmt::print("order          stored\n");
+    fmt::print("{}", report);
+    return 0;
   }
 
-  if (buckets) {
-    auto plans = model::plan_buckets(args.model, load, *buckets, lifetimes,
-                                     args.solver == "all" ? "best" : args.solver, solve,
-                                     args.order == "memory");
-    std::size_t serving = 0;
-    for (const auto& b : plans) {
-      serving = std::max(serving, b.arena);
-      fmt::print("bucket         {}={:<6} arena {}  lower bound {}\n", buckets->dim, b.value,
-                 bytes_text_plain(b.arena), bytes_text_plain(b.lower_bound));
-    }
-    fmt::print("buckets        one arena serving every bucket: {}\n", bytes_text_plain(serving));
-    if (!args.lengths.empty()) {
-      auto lengths = model::read_lengths(args.lengths);
-      auto pad = model::padding_waste(*buckets, lengths);
-      fmt::print(
-          "padding        {} requests, {} tokens padded to {}: {:.1f}% of the padded tokens are "
-          "waste\n",
-          pad.requests, pad.tokens, pad.padded_tokens, 100.0 * pad.waste());
-      for (std::size_t i = 0; i < plans.size(); ++i)
-        fmt::print("                 {}={:<6} {} requests\n", buckets->dim, buckets->values[i],
-                   pad.per_bucket[i]);
-      if (pad.too_long)
-        fmt::print("                 {} requests longer than the largest bucket (not served)\n",
-                   pad.too_long);
-    }
-  }
-  if (args.safety) {
-    auto preset = model::seed_preset(family);
-    std::size_t need = checked_add(lt.weights_bytes, arena, "pool size");
-    auto pool = static_cast<std::size_t>(std::ceil(static_cast<double>(need) * *args.safety));
-    fmt::print("pool           (weights + arena) x {} = {}\n", *args.safety,
-               bytes_text_plain(pool));
-    fmt::print("seed preset    {}: {} x {} = {} ({:.1f}x what the plan needs)\n", preset.family,
-               format_bytes(preset.pool_bytes), preset.factor,
-               bytes_text_plain(preset.provisioned()),
-               pool ? static_cast<double>(preset.provisioned()) / static_cast<double>(pool) : 0.0);
-  }
+  if (!args.html.empty())
+    throw InvalidInput("--html draws one model's plan; it does not go with --device-memory");
+  const std::size_t device = model::parse_size(args.device_memory, "--device-memory");
+  model::DevicePlan dp = model::plan_device(args.models, options, device);
+  std::string report = model::render_text(dp);
   if (!args.json.empty()) {
-    write_file(args.json, model::plan_json(graph, mp).dump(1) + "\n");
-    fmt::print("json           {}\n", args.json);
+    write_file(args.json, model::render_json(dp).dump(1) + "\n");
+    report += fmt::format("json           {}\n", args.json);
   }
-  if (!args.html.empty()) {
-    write_file(args.html, model::plan_html(graph, mp, "modelmem plan: " + graph.source));
-    fmt::print("html           {}\n", args.html);
-  }
-  return 0;
+  fmt::print("{}", report);
+  return dp.fits() ? 0 : 1;
 }
 
 void setup_plan(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd =
       app.add_subcommand("plan", "Plan the activation memory of an ONNX model ahead of time");
-  cmd->add_option("model", args->model, "ONNX model file (weights embedded, external or absent)")
+  cmd->add_option("model", args->models,
+                  "ONNX model file (weights embedded, external or absent); several with "
+                  "--device-memory")
       ->required();
   cmd->add_option("--dim", args->dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
   cmd->add_option(
@@ -259,16 +159,28 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_option("--order", args->order, "Execution order: stored or memory (search a lower peak)")
       ->check(CLI::IsMember({"stored", "memory"}))
       ->capture_default_str();
-  cmd->add_option("--dtype", args->dtype, "Plan float32 activations as fp16 or bf16 (2 bytes)")
+  cmd->add_option("--runtime", args->runtime,
+                  "Plan for a static executor with in-place reuse (static) or for PyTorch-style "
+                  "eager execution (eager); both figures are printed")
+      ->check(CLI::IsMember({"static", "eager"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "Plan float32 activations and weights as fp16 or bf16 (2 bytes)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
+  cmd->add_flag("--keep-weights-dtype", args->keep_weights_dtype,
+                "With --dtype: convert the activations only, weights as stored");
   cmd->add_option("--align", args->alignment, "Buffer alignment and size rounding in bytes")
       ->capture_default_str();
   cmd->add_option("--buckets", args->buckets, "Plan per bucket of one dim: DIM=V1,V2,... ");
   cmd->add_option("--lengths", args->lengths,
                   "Request lengths, one per line: padding waste of the buckets");
   cmd->add_option("--safety", args->safety,
-                  "Static pool = (weights + arena) x F, beside the seed preset");
+                  "Static pool = (weights + arena) x F, beside the seed preset; with "
+                  "--device-memory, each model's quota");
+  cmd->add_option("--device-memory", args->device_memory,
+                  "Share a device of SIZE (16GiB, 512MiB, bytes) among the models: each one's "
+                  "need, the fit, the headroom and per-model configuration strings");
   cmd->add_option("--json", args->json,
                   "Write the plan as JSON (the runtime's plan: key reads it)");
   cmd->add_option("--html", args->html, "Write a self-contained HTML picture of the plan");
@@ -279,6 +191,12 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-in-place", args->no_in_place,
                 "Do not let elementwise ops write into a dying input");
   cmd->add_flag("--no-alias", args->no_alias, "Do not let view ops share their input's memory");
+  cmd->add_flag("--no-conv-workspace", args->no_conv_workspace,
+                "Eager figure without the copies PyTorch's CPU convolution (oneDNN) makes of a "
+                "Conv's input and weights (kernels larger than 1x1)");
+  cmd->add_flag("--no-module-scopes", args->no_module_scopes,
+                "Eager figure without holding a PyTorch module's arguments until it returns "
+                "(scopes read from torch.onnx node names)");
   cmd->callback([args, &exit_code] { exit_code = run_plan(*args); });
 }
 

@@ -4,8 +4,10 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "modelmem/core/error.hpp"
 
@@ -23,6 +25,44 @@ struct Group {
   bool has_input = false;
   std::vector<int> members;
 };
+
+// The module scopes of a node named by torch.onnx ("/a/b/c/Conv" -> "a", "a/b", "a/b/c").
+std::vector<std::string> scopes_of(const std::string& name) {
+  std::vector<std::string> out;
+  if (name.size() < 2 || name[0] != '/') return out;
+  std::size_t end = name.rfind('/');
+  for (std::size_t p = name.find('/', 1); p != std::string::npos && p <= end;
+       p = name.find('/', p + 1))
+    out.push_back(name.substr(1, p - 1));
+  return out;
+}
+
+// A tensor consumed inside a module it was not produced in is an argument of that module: it
+// lives to the module's last step.
+void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& step_of_node,
+                           std::vector<std::size_t>& last) {
+  std::map<std::string, std::size_t> module_end;
+  std::vector<std::vector<std::string>> scopes(graph.nodes.size());
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    scopes[v] = scopes_of(graph.nodes[v].name);
+    for (const auto& s : scopes[v]) {
+      auto [it, fresh] = module_end.emplace(s, step_of_node[v]);
+      if (!fresh) it->second = std::max(it->second, step_of_node[v]);
+    }
+  }
+  for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+    const Tensor& t = graph.tensors[i];
+    if (!in_arena(t)) continue;
+    static const std::vector<std::string> kNone;
+    const auto& produced_in = t.producer >= 0 ? scopes[t.producer] : kNone;
+    for (int c : t.consumers) {
+      for (const auto& s : scopes[c]) {
+        if (std::find(produced_in.begin(), produced_in.end(), s) != produced_in.end()) continue;
+        last[i] = std::max(last[i], module_end[s]);
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -118,7 +158,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
     const Tensor& t = graph.tensors[i];
     if (t.kind == TensorKind::kWeight) {
-      lt.weights_bytes = checked_add(lt.weights_bytes, t.bytes, "weights bytes");
+      lt.weights_bytes = checked_add(
+          lt.weights_bytes, activation_bytes(t, options.weight_float_bytes), "weights bytes");
       ++lt.weights_count;
     }
     if (!in_arena(t)) continue;
@@ -126,8 +167,11 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     first[i] = t.producer >= 0 ? lt.step_of_node[t.producer] : 0;
     last[i] = first[i];
     for (int c : t.consumers) last[i] = std::max(last[i], lt.step_of_node[c]);
-    if (t.graph_output) last[i] = last_step;
+    if (t.graph_output || (options.inputs_live_throughout && t.kind == TensorKind::kInput))
+      last[i] = last_step;
   }
+
+  if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
 
   lt.buffer_of.assign(graph.tensors.size(), -1);
   std::vector<int> group_of(graph.tensors.size(), -1);
@@ -199,6 +243,33 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     for (int m : g.members) lt.buffer_of[m] = static_cast<int>(lt.problem.buffers.size());
     lt.problem.buffers.push_back(std::move(b));
     lt.tensors_of.push_back(g.members);
+  }
+  if (options.conv_workspace) {
+    for (std::size_t st = 0; st < n; ++st) {
+      const Node& node = graph.nodes[lt.order[st]];
+      if (node.op_type != "Conv" || node.inputs.size() < 2 || node.inputs[0] < 0 ||
+          node.inputs[1] < 0)
+        continue;
+      const Tensor& x = graph.tensors[node.inputs[0]];
+      const Tensor& w = graph.tensors[node.inputs[1]];
+      std::size_t kernel = 1;
+      for (std::size_t d = 2; d < w.shape.size(); ++d)
+        kernel *= static_cast<std::size_t>(w.shape[d]);
+      if (kernel <= 1) continue;
+      std::size_t bytes =
+          checked_add(in_arena(x) ? size[node.inputs[0]] : 0,
+                      activation_bytes(w, options.weight_float_bytes), "conv workspace");
+      if (bytes == 0) continue;
+      plan::Buffer b;
+      b.id = node.name + ":workspace";
+      b.size = checked_align_up(bytes, options.alignment, "conv workspace");
+      b.start = static_cast<plan::Time>(st);
+      b.end = static_cast<plan::Time>(st + 1);
+      b.alignment = options.alignment;
+      lt.problem.buffers.push_back(std::move(b));
+      lt.tensors_of.emplace_back();
+      ++lt.workspaces;
+    }
   }
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
     if (!in_arena(graph.tensors[i])) continue;

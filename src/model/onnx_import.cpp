@@ -208,7 +208,7 @@ class Importer {
       }
     }
     for (const auto& [name, value] : options_.dims) {
-      if (!seen.count(name)) {
+      if (!seen.count(name) && !options_.ignore_unknown_dims) {
         std::string known;
         for (const auto& s : seen) known += (known.empty() ? "" : ", ") + s;
         fail(fmt::format("--dim {}: the model's inputs have no dim named '{}' (they have: {})",
@@ -452,6 +452,12 @@ Graph load_onnx_bytes(std::string_view bytes, const std::string& source,
 }
 
 Graph load_onnx(const std::string& path, const LoadOptions& options) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status))
+    throw InvalidInput(fmt::format("{}: is a directory, not an ONNX model file", path));
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw InvalidInput(fmt::format("{}: not a regular file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

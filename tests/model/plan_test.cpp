@@ -11,8 +11,12 @@
 #include <map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/model/buckets.hpp"
+#include "modelmem/model/family.hpp"
 #include "modelmem/model/order.hpp"
-#include "modelmem/model/report.hpp"
+#include "modelmem/model/plan_model.hpp"
+#include "modelmem/model/render.hpp"
+#include "modelmem/model/solve.hpp"
 
 namespace modelmem::model {
 namespace {
@@ -69,13 +73,13 @@ TEST(Plan, EverySolverGivesAValidPlanOnEveryModelAndOrder) {
         lo.order = r.order;
       }
       for (const auto& solver : plan::solver_names()) {
-        ModelPlan mp = plan_model(g, lo, solver, quick());
+        SolvedModel mp = solve_model(g, lo, solver, quick());
         ASSERT_TRUE(mp.solve.plan) << c.file << " " << solver;
         EXPECT_TRUE(plan::validate(mp.lifetimes.problem, *mp.solve.plan))
             << c.file << " " << solver;
         EXPECT_GE(mp.solve.plan->arena_size, mp.lower_bound);
       }
-      ModelPlan best = plan_model(g, lo, "best", quick());
+      SolvedModel best = solve_model(g, lo, "best", quick());
       EXPECT_LE(static_cast<double>(best.solve.plan->arena_size),
                 1.01 * static_cast<double>(best.lower_bound))
           << c.file << (memory ? " memory order" : " stored order");
@@ -104,7 +108,7 @@ TEST(Plan, ModelFigures) {
 
 TEST(Plan, TinyJsonMatchesHandNumbers) {
   Graph g = load_onnx(kModels + "tiny.onnx", {{{"n", 1}}});
-  ModelPlan mp = plan_model(g, {}, "best", quick());
+  SolvedModel mp = solve_model(g, {}, "best", quick());
   EXPECT_EQ(mp.solve.plan->arena_size, 1024u);  // = lower bound, see tiny_test.cpp
   auto j = plan_json(g, mp);
   EXPECT_EQ(j["arena_bytes"], 1024u);
@@ -210,7 +214,7 @@ TEST(Presets, SeedTable) {
 
 TEST(Html, SelfContainedAndRendersInHeadlessChromium) {
   Graph g = load_onnx(kModels + "bert_base.onnx", {{{"batch", 1}, {"seq", 32}}});
-  ModelPlan mp = plan_model(g, {}, "best", quick());
+  SolvedModel mp = solve_model(g, {}, "best", quick());
   std::string html = plan_html(g, mp, "bert </script> <b>test</b>");
   EXPECT_EQ(html.find("http://"),
             html.find("http://www.w3.org/2000/svg"));  // only the SVG namespace

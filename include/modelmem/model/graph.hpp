@@ -59,13 +59,17 @@ struct LoadOptions {
   /// Values for the model's symbolic dims (`--dim batch=8`). Every symbolic dim of a graph input
   /// must be bound; naming a dim the model does not have is an error.
   std::map<std::string, std::int64_t> dims;
+  /// Dims of `dims` that the model's inputs do not have are skipped instead of rejected (one
+  /// `--dim` list shared by several models). The bound ones are in Graph::dims.
+  bool ignore_unknown_dims = false;
 };
 
-/// Reads an ONNX model file. Weight data may be embedded, in external-data files next to the
-/// model (their presence and length are checked, the bytes are not read), or absent (graph-only
-/// models). Throws InvalidInput naming the file and the node or tensor for: a file that is not
-/// ONNX or is truncated, a cycle, an input nobody produces, an unknown operator, an unbound dim,
-/// a shape inference cannot settle, sizes that overflow.
+/// Reads an ONNX model file (a directory or other non-regular file is rejected by name). Weight
+/// data may be embedded, in external-data files next to the model (their presence and length are
+/// checked, the bytes are not read), or absent (graph-only models). Throws InvalidInput naming the
+/// file and the node or tensor for: a file that is not ONNX or is truncated, a cycle, an input
+/// nobody produces, an unknown operator, an unbound dim, a shape inference cannot settle, sizes
+/// that overflow.
 Graph load_onnx(const std::string& path, const LoadOptions& options = {});
 
 /// The same from bytes already in memory (fuzzing, tests). External data is resolved relative

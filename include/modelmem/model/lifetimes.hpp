@@ -19,12 +19,26 @@ namespace modelmem::model {
 struct LifetimeOptions {
   /// Execution order: a permutation of node indices in topological order; empty = stored order.
   std::vector<int> order;
-  /// Bytes per element for float32 activations (4; 2 plans as fp16/bf16). Weights keep theirs.
+  /// Bytes per element for float32 activations (4; 2 plans as fp16/bf16).
   std::size_t float_bytes = 4;
+  /// The same for float32 weights (weights_bytes): 4 keeps them as stored.
+  std::size_t weight_float_bytes = 4;
   /// Every buffer is rounded up to and aligned on this many bytes (TFLite and ORT use 64).
   std::size_t alignment = 64;
   bool in_place = true;  ///< elementwise ops write into a dying input
   bool alias = true;     ///< view ops share their input's memory
+  /// Graph inputs stay live to the last step (the caller owns them: eager runtimes) instead of
+  /// dying after their last use.
+  bool inputs_live_throughout = false;
+  /// A Conv whose kernel is larger than 1x1 holds a copy of its input and of its weights for
+  /// its step: PyTorch's CPU convolution (oneDNN) reorders both into its blocked layout on every
+  /// call. Each such step gets one workspace buffer (id "NODE:workspace", no tensors).
+  bool conv_workspace = false;
+  /// A tensor passed into a PyTorch module stays live until the module returns (the Python
+  /// frames of eager execution hold their arguments). Module scopes are read from the node names
+  /// torch.onnx.export writes ("/layer1/layer1.0/conv1/Conv"); nodes without such names have
+  /// none, and the option changes nothing for them.
+  bool module_scopes = false;
 };
 
 struct Lifetimes {
@@ -33,13 +47,14 @@ struct Lifetimes {
   std::vector<std::vector<int>> tensors_of;  ///< per buffer: the tensors sharing it
   std::vector<int> order;                    ///< the execution order used (step s runs order[s])
   std::vector<std::size_t> step_of_node;     ///< inverse of order
-  std::size_t weights_bytes = 0;             ///< sum of the initializers (stored precision)
+  std::size_t weights_bytes = 0;             ///< sum of the initializers (weight_float_bytes)
   std::size_t weights_count = 0;
   std::size_t activation_bytes_unshared = 0;  ///< every activation its own memory, no reuse
   std::size_t activation_count = 0;           ///< activation + input tensors with bytes > 0
   std::size_t in_place = 0;                   ///< outputs written into a dying input
   std::size_t aliases = 0;                    ///< view outputs sharing their input
   std::size_t weight_views = 0;               ///< views of weights/constants (no activation memory)
+  std::size_t workspaces = 0;                 ///< conv_workspace buffers
 };
 
 /// Builds the lifetimes. Throws InvalidInput when `order` is not a topological permutation.

@@ -1,20 +1,12 @@
-#include "modelmem/model/report.hpp"
-
+// The JSON plan and the HTML picture of a solved model (modelmem/model/render.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <fstream>
-#include <map>
 
-#include "modelmem/core/error.hpp"
-#include "modelmem/core/strings.hpp"
-#include "modelmem/model/order.hpp"
+#include "modelmem/model/render.hpp"
 
 namespace modelmem::model {
 namespace {
-
-constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // First and last step (inclusive) of each arena tensor, as build_lifetimes computed them.
 std::pair<std::size_t, std::size_t> tensor_steps(const Graph& g, const Lifetimes& lt, int t) {
@@ -62,25 +54,7 @@ std::string escape_html(const std::string& text) {
 
 }  // namespace
 
-ModelPlan plan_model(const Graph& graph, const LifetimeOptions& lifetimes,
-                     const std::string& solver, const plan::SolveOptions& options) {
-  ModelPlan mp;
-  mp.lifetimes = build_lifetimes(graph, lifetimes);
-  const plan::Problem& problem = mp.lifetimes.problem;
-  mp.lower_bound = plan::lower_bound(problem);
-  mp.peak = plan::peak(problem);
-  mp.solve = plan::solve(problem, solver, options);
-  if (!mp.solve.plan)
-    throw Error(
-        fmt::format("{}: solver {} found no plan ({})", graph.source, solver, mp.solve.note));
-  auto v = plan::validate(problem, *mp.solve.plan);
-  if (!v)
-    throw Error(
-        fmt::format("{}: solver {} returned an invalid plan: {}", graph.source, solver, v.message));
-  return mp;
-}
-
-nlohmann::json plan_json(const Graph& graph, const ModelPlan& mp) {
+nlohmann::json plan_json(const Graph& graph, const SolvedModel& mp) {
   const Lifetimes& lt = mp.lifetimes;
   const plan::Plan& plan = *mp.solve.plan;
   nlohmann::json j;
@@ -117,7 +91,7 @@ nlohmann::json plan_json(const Graph& graph, const ModelPlan& mp) {
   return j;
 }
 
-std::string plan_html(const Graph& graph, const ModelPlan& mp, const std::string& title) {
+std::string plan_html(const Graph& graph, const SolvedModel& mp, const std::string& title) {
   const Lifetimes& lt = mp.lifetimes;
   const plan::Plan& plan = *mp.solve.plan;
   nlohmann::json data;
@@ -210,97 +184,18 @@ window.addEventListener('error', function (e) {{
                      fmt::arg("data", escape_script(data.dump())));
 }
 
-std::string guess_family(const Graph& graph) {
-  std::map<std::string, std::size_t> ops;
-  for (const auto& n : graph.nodes) ++ops[n.op_type];
-  if (ops["ConvTranspose"] > 0) return "gan";
-  if (ops["Softmax"] > 0 && ops["MatMul"] + ops["Gemm"] >= ops["Conv"]) return "transformer";
-  if (ops["Conv"] > 0) return "cnn";
-  return "transformer";
+nlohmann::json render_json(const ModelPlan& mp) {
+  nlohmann::json j = plan_json(mp.graph, mp.plan);
+  j["runtime"] = runtime_name(mp.options.runtime);
+  j["dtype"] = mp.options.dtype;
+  j["ideal_arena_bytes"] = mp.ideal_arena;
+  j["eager_peak_bytes"] = mp.eager_peak;
+  j["total_bytes"] = mp.total();
+  return j;
 }
 
-FamilyPreset seed_preset(const std::string& family) {
-  if (family == "cnn") return {family, 512 * kMiB, 1.2};
-  if (family == "transformer") return {family, 1024 * kMiB, 1.5};
-  if (family == "gan") return {family, 2048 * kMiB, 1.3};
-  throw InvalidInput(fmt::format("unknown model family '{}' (cnn, transformer, gan)", family));
-}
-
-BucketSpec parse_buckets(const std::string& text) {
-  BucketSpec spec;
-  auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    throw InvalidInput(fmt::format("--buckets '{}': expected DIM=V1,V2,...", text));
-  spec.dim = text.substr(0, eq);
-  std::size_t pos = eq + 1;
-  while (pos <= text.size()) {
-    std::size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(pos, comma - pos);
-    std::int64_t v = 0;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v <= 0)
-      throw InvalidInput(fmt::format("--buckets '{}': '{}' is not a positive integer", text, item));
-    spec.values.push_back(v);
-    pos = comma + 1;
-  }
-  std::sort(spec.values.begin(), spec.values.end());
-  spec.values.erase(std::unique(spec.values.begin(), spec.values.end()), spec.values.end());
-  return spec;
-}
-
-std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions& load,
-                                     const BucketSpec& buckets, const LifetimeOptions& lifetimes,
-                                     const std::string& solver, const plan::SolveOptions& options,
-                                     bool memory_order) {
-  std::vector<BucketPlan> out;
-  for (std::int64_t v : buckets.values) {
-    LoadOptions o = load;
-    o.dims[buckets.dim] = v;
-    Graph g = load_onnx(path, o);
-    LifetimeOptions lo = lifetimes;
-    lo.order.clear();  // an order found for one bucket's graph is not reused for another
-    if (memory_order) lo.order = model::memory_order(g, lo).order;
-    ModelPlan mp = plan_model(g, lo, solver, options);
-    out.push_back({v, mp.solve.plan->arena_size, mp.lower_bound, mp.lifetimes.weights_bytes});
-  }
-  return out;
-}
-
-std::vector<std::int64_t> read_lengths(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
-  std::vector<std::int64_t> out;
-  std::string line;
-  for (std::size_t number = 1; std::getline(in, line); ++number) {
-    const std::string item(core::trim(line, " \t\r"));
-    if (item.empty() || item[0] == '#') continue;
-    std::int64_t v = 0;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc() || p != item.data() + item.size() || v <= 0)
-      throw InvalidInput(
-          fmt::format("{}:{}: '{}' is not a positive request length", path, number, item));
-    out.push_back(v);
-  }
-  if (out.empty()) throw InvalidInput(fmt::format("{}: no request lengths", path));
-  return out;
-}
-
-PaddingReport padding_waste(const BucketSpec& buckets, const std::vector<std::int64_t>& lengths) {
-  PaddingReport r;
-  r.per_bucket.assign(buckets.values.size(), 0);
-  for (std::int64_t len : lengths) {
-    ++r.requests;
-    auto it = std::lower_bound(buckets.values.begin(), buckets.values.end(), len);
-    if (it == buckets.values.end()) {
-      ++r.too_long;
-      continue;
-    }
-    ++r.per_bucket[it - buckets.values.begin()];
-    r.tokens += static_cast<std::uint64_t>(len);
-    r.padded_tokens += static_cast<std::uint64_t>(*it);
-  }
-  return r;
+std::string render_html(const ModelPlan& mp) {
+  return plan_html(mp.graph, mp.plan, "modelmem plan: " + mp.graph.source);
 }
 
 }  // namespace modelmem::model

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""The eager figure of `modelmem plan` against PyTorch eager, measured.
+
+Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3-onnx):
+
+  eager_trace.py export MODEL OUT.onnx [SIZE]
+      exports torchvision's MODEL (random weights, eval mode, opset 13, batch a symbolic dim
+      `batch`) to a graph-only ONNX file (weights keep name, dims and type, not their data).
+
+  eager_trace.py infer MODEL BATCH [SIZE]
+      builds the same model and runs two warm-up inferences and one measured inference under
+      torch.inference_mode() on one thread. The measured one is framed by two marker requests
+      of MARK_BYTES (a size nothing else asks for), which the trace shows as alloc/free pairs.
+      Run it under `modelmem run --trace T.csv --conf preload_threshold_kb:1,...`.
+
+  eager_trace.py measure T.csv BATCH [SIZE]
+      prints the peak live bytes between the two markers above the live bytes at the first
+      one, plus the input tensor (which the plan counts as an activation and the program
+      allocated before the first marker): the activation peak of one eager inference.
+
+SIZE is the input's height and width (224 unless given).
+"""
+import csv
+import sys
+
+MARK_BYTES = 7_340_033  # odd, prime-sized: no tensor of these models has this size
+
+
+def build(name):
+    import torchvision
+
+    return getattr(torchvision.models, name)(weights=None).eval()
+
+
+def export(name, out, size):
+    import onnx
+    import torch
+
+    torch.manual_seed(0)
+    model = build(name)
+    x = torch.randn(1, 3, size, size)
+    torch.onnx.export(model, x, out, opset_version=13, input_names=["input"],
+                      output_names=["output"], dynamic_axes={"input": {0: "batch"},
+                                                             "output": {0: "batch"}},
+                      do_constant_folding=True)
+    m = onnx.load(out)
+    for init in m.graph.initializer:
+        if init.data_type == onnx.TensorProto.INT64 and len(init.raw_data) <= 1024:
+            continue  # reshape targets and axes: shape inference reads them
+        for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data"):
+            init.ClearField(field)
+    onnx.save(m, out)
+
+
+def infer(name, batch, size):
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build(name)
+    x = torch.randn(batch, 3, size, size)
+    with torch.inference_mode():
+        for _ in range(2):
+            model(x)
+        mark = torch.empty(MARK_BYTES, dtype=torch.uint8)
+        del mark
+        y = model(x)
+        del y
+        mark = torch.empty(MARK_BYTES, dtype=torch.uint8)
+        del mark
+
+
+def measure(path, batch, size):
+    live = {}
+    current = 0
+    marks = 0
+    baseline = peak = None
+    with open(path, newline="") as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            event = row["event"]
+            if event == "alloc":
+                nbytes = int(row["size"])
+                if nbytes == MARK_BYTES:
+                    marks += 1
+                    if marks == 1:
+                        baseline = peak = current
+                    else:
+                        break
+                    continue
+                live[row["address"]] = nbytes
+                current += nbytes
+                if marks == 1:
+                    peak = max(peak, current)
+            elif event == "free":
+                current -= live.pop(row["address"], 0)
+    if marks < 2:
+        sys.exit(f"{path}: the two marker requests of {MARK_BYTES} bytes are not in the trace")
+    input_bytes = batch * 3 * size * size * 4
+    print(peak - baseline + input_bytes)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if len(args) >= 3 and args[0] == "export":
+        export(args[1], args[2], int(args[3]) if len(args) > 3 else 224)
+    elif len(args) >= 3 and args[0] == "infer":
+        infer(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224)
+    elif len(args) >= 3 and args[0] == "measure":
+        measure(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224)
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,51 @@
+// Renderers of plan_model() and plan_device() results (modelmem/model/plan_model.hpp): the text
+// `modelmem plan` prints, the JSON plan the planned-arena runtime reads (`plan:` key), and a
+// self-contained HTML picture. Shared by the CLI and the Python package; pure functions.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "modelmem/model/graph.hpp"
+#include "modelmem/model/plan_model.hpp"
+#include "modelmem/model/solve.hpp"
+
+namespace modelmem::model {
+
+struct TextOptions {
+  std::size_t show_live = 8;  ///< live buffers listed at the peak
+  /// Tensor names sharing a buffer beyond which only the first and last are printed.
+  std::size_t max_chain = 4;
+};
+
+/// The report of `modelmem plan MODEL`, one line per figure, ending in a newline.
+std::string render_text(const ModelPlan& plan, const TextOptions& options = {});
+/// The JSON plan (the `plan:` key's format): arena_bytes, weights_bytes, lower_bound_bytes,
+/// steps, buffers, tensors (see plan_json) plus runtime, ideal_arena_bytes, eager_peak_bytes,
+/// total_bytes and dtype.
+nlohmann::json render_json(const ModelPlan& plan);
+/// plan_html() of the chosen plan, titled "modelmem plan: MODEL".
+std::string render_html(const ModelPlan& plan);
+
+/// `modelmem plan A B ... --device-memory SIZE`: a table of each model's need, the fit and the
+/// headroom, and each model's configuration string.
+std::string render_text(const DevicePlan& plan);
+nlohmann::json render_json(const DevicePlan& plan);
+
+/// The plan of one graph as JSON: arena_bytes, weights_bytes, lower_bound_bytes, steps (node
+/// names in execution order), buffers, and per tensor: name, size, offset, first and last step
+/// (inclusive).
+nlohmann::json plan_json(const Graph& graph, const SolvedModel& plan);
+
+/// A self-contained HTML page (inline SVG and script, no network) drawing the buffers as
+/// rectangles in time x address with the peak step marked and tensor names on hover. When its
+/// script has drawn the picture it sets `data-status="rendered-ok"` on <body>.
+std::string plan_html(const Graph& graph, const SolvedModel& plan, const std::string& title);
+
+/// "7,225,344 B (6.89 MiB)": exact bytes with thousands separators, and human units.
+std::string bytes_text(std::size_t bytes);
+/// "a = b = c", or "a = ... = z (N tensors)" past `max_chain` names.
+std::string chain_text(const std::vector<std::string>& names, std::size_t max_chain);
+
+}  // namespace modelmem::model

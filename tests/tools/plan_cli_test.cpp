@@ -1,0 +1,273 @@
+// Runs `modelmem plan` (and the tool's command-line handling) as a user would: the report's
+// figures, several models sharing a device, and every bad input: exit code 2, one line on
+// stderr, nothing on stdout.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("modelmem_plan_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `modelmem ARGS`, stdout and stderr apart.
+  CliRun tool(const std::string& args) {
+    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    std::string cmd = std::string(MODELMEM_CLI) + " " + args + " >" + out.string() + " 2>" +
+                      err.string() + " </dev/null";
+    int status = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  // A bad input: exit 2, one line on stderr containing `expect`, nothing on stdout.
+  void expect_rejected(const std::string& args, const std::string& expect) {
+    SCOPED_TRACE(args);
+    CliRun r = tool(args);
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_EQ(r.out, "");
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // exactly one line
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+    EXPECT_LT(r.err.size(), 400u) << r.err;
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  static std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  static std::string model(const std::string& name) {
+    return std::string(MODELMEM_SOURCE_DIR) + "/models/" + name;
+  }
+  static std::size_t field(const std::string& text, const std::string& label) {
+    // "LABEL   1,234 B (...)" -> 1234
+    auto p = text.find("\n" + label);
+    if (p == std::string::npos) p = text.rfind(label, 0) == 0 ? 0 : std::string::npos;
+    EXPECT_NE(p, std::string::npos) << label << " not in\n" << text;
+    if (p == std::string::npos) return 0;
+    p = text.find_first_of("0123456789", p + label.size() + 1);
+    std::string digits;
+    for (; p < text.size() && (std::isdigit(static_cast<unsigned char>(text[p])) || text[p] == ',');
+         ++p)
+      if (text[p] != ',') digits += text[p];
+    return std::stoull(digits);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PlanCli, TinyReportsIdealEagerAndTotal) {
+  // tiny.onnx (models/make_models.py): the in-place reuse of the static runtime halves the
+  // eager peak; the total is weights + arena.
+  CliRun r = tool("plan " + model("tiny.onnx") + " --dim n=1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::size_t weights = field(r.out, "weights"), arena = field(r.out, "planned arena");
+  EXPECT_EQ(weights, 106512u);
+  EXPECT_EQ(arena, 1024u);
+  EXPECT_EQ(field(r.out, "ideal arena"), arena);
+  EXPECT_EQ(field(r.out, "total"), weights + arena);
+  EXPECT_GT(field(r.out, "eager peak"), arena);
+  EXPECT_NE(r.out.find("(float32 as stored)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PyTorch eager"), std::string::npos) << r.out;
+
+  CliRun e = tool("plan " + model("tiny.onnx") + " --dim n=1 --runtime eager");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(field(e.out, "eager peak"), field(r.out, "eager peak"));
+  EXPECT_EQ(field(e.out, "ideal arena"), arena);
+  EXPECT_GE(field(e.out, "planned arena"), field(e.out, "eager peak"));
+  EXPECT_EQ(field(e.out, "total"), weights + field(e.out, "planned arena"));
+}
+
+TEST_F(PlanCli, DtypeAppliesToWeightsAndLabels) {
+  CliRun r = tool("plan " + model("resnet50.onnx") + " --dim batch=1");
+  CliRun h = tool("plan " + model("resnet50.onnx") + " --dim batch=1 --dtype fp16");
+  CliRun k =
+      tool("plan " + model("resnet50.onnx") + " --dim batch=1 --dtype fp16 --keep-weights-dtype");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(h.code, 0) << h.err;
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_EQ(field(h.out, "weights"), field(r.out, "weights") / 2);
+  EXPECT_EQ(field(k.out, "weights"), field(r.out, "weights"));
+  EXPECT_NE(h.out.find("float32 planned as float16"), std::string::npos) << h.out;
+  EXPECT_EQ(h.out.find("as stored"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("Conv_output_0 float16 [1x64x112x112]: 1,605,632 B"), std::string::npos)
+      << h.out;
+  EXPECT_EQ(field(h.out, "total"), field(h.out, "weights") + field(h.out, "planned arena"));
+}
+
+TEST_F(PlanCli, JsonCarriesBothFigures) {
+  fs::path json = dir_ / "plan.json";
+  CliRun r = tool("plan " + model("tiny.onnx") + " --dim n=1 --json " + json.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(json);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["arena_bytes"], 1024u);
+  EXPECT_EQ(j["ideal_arena_bytes"], 1024u);
+  EXPECT_EQ(j["eager_peak_bytes"].get<std::size_t>(), field(r.out, "eager peak"));
+  EXPECT_EQ(j["total_bytes"], 106512u + 1024u);
+  EXPECT_EQ(j["runtime"], "static");
+}
+
+TEST_F(PlanCli, LongAliasChainsAreShortened) {
+  CliRun r =
+      tool("plan " + model("bert_base.onnx") + " --dim batch=1 --dim seq=128 --show-live 50");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::size_t longest = 0;
+  while (std::getline(lines, line)) longest = std::max(longest, line.size());
+  EXPECT_LT(longest, 400u) << r.out;
+  EXPECT_NE(r.out.find(" = ... = "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" tensors)"), std::string::npos) << r.out;
+}
+
+TEST_F(PlanCli, ModelsSharingADevice) {
+  const std::string both = model("tiny.onnx") + " " + model("resnet50.onnx");
+  CliRun r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("fit            yes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("config         tiny: pools:[tiny:1],default_pool:tiny"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("config         resnet50: pools:[resnet50:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("every model: pools:[tiny:1,resnet50:"), std::string::npos) << r.out;
+
+  fs::path json = dir_ / "share.json";
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --json " +
+           json.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(json);
+  auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["models"].size(), 2u);
+  std::size_t quotas = 0;
+  for (const auto& m : j["models"]) {
+    EXPECT_EQ(m["need_ideal_bytes"].get<std::size_t>(),
+              m["weights_bytes"].get<std::size_t>() + m["ideal_arena_bytes"].get<std::size_t>());
+    EXPECT_EQ(m["need_eager_bytes"].get<std::size_t>(),
+              m["weights_bytes"].get<std::size_t>() + m["eager_peak_bytes"].get<std::size_t>());
+    quotas += m["quota_bytes"].get<std::size_t>();
+  }
+  EXPECT_EQ(j["total_quota_bytes"].get<std::size_t>(), quotas);
+  EXPECT_EQ(j["headroom_bytes"].get<long long>(), (1ll << 30) - static_cast<long long>(quotas));
+
+  // Too small a device: exit 1, the shortfall said.
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 50MiB");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("fit            no"), std::string::npos) << r.out;
+
+  // The runtime accepts every string (once `pools` is a key of the configuration).
+  CliRun keys = tool("config --keys");
+  if (keys.out.find("`pools`") == std::string::npos)
+    GTEST_SKIP() << "this build's configuration has no pools key yet (docs/config.md)";
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --json " +
+           json.string());
+  std::ifstream in2(json);
+  auto j2 = nlohmann::json::parse(in2);
+  std::vector<std::string> strings = {j2["config"].get<std::string>()};
+  for (const auto& m : j2["models"]) strings.push_back(m["config"].get<std::string>());
+  for (const auto& s : strings) {
+    CliRun c = tool("config '" + s + "'");
+    EXPECT_EQ(c.code, 0) << s << "\n" << c.err;
+  }
+}
+
+TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
+  const std::string tiny = model("tiny.onnx") + " --dim n=1";
+  fs::path bad = write("bad.txt", "12\nnot-a-length\n");
+  expect_rejected("plan " + dir_.string(), dir_.string() + ": is a directory");
+  expect_rejected("plann x", "unknown command 'plann', did you mean 'plan'?");
+  expect_rejected("plan " + tiny + " --buckets n=1,2 --lengths " + bad.string(),
+                  "bad.txt:2: 'not-a-length' is not a positive request length");
+  expect_rejected("plan " + tiny + " --json /nonexistent/x.json", "--json /nonexistent/x.json");
+  expect_rejected("plan " + tiny + " --html " + dir_.string(), "is a directory");
+  expect_rejected("plan " + tiny + " --time-limit 0", "--time-limit 0");
+  expect_rejected("plan " + tiny + " --align 0", "--align 0");
+  expect_rejected("plan " + tiny + " --safety 0.5", "--safety 0.5");
+  expect_rejected("plan " + tiny + " --keep-weights-dtype", "--keep-weights-dtype needs --dtype");
+  expect_rejected("plan " + tiny + " --runtime eager --no-in-place", "--no-in-place with");
+  expect_rejected("plan " + tiny + " --runtime lazy", "--runtime");
+  expect_rejected("plan " + tiny + " --solver nope", "--solver nope");
+  expect_rejected("plan " + tiny + " " + model("resnet50.onnx"), "give --device-memory SIZE");
+  expect_rejected("plan " + tiny + " --device-memory 0", "--device-memory '0'");
+  expect_rejected("plan " + tiny + " --device-memory lots", "--device-memory 'lots'");
+  expect_rejected("plan " + tiny + " --device-memory 1GiB --html x.html", "--html");
+  expect_rejected("plan " + tiny + " --device-memory 1GiB --dim nope=3", "--dim nope");
+  expect_rejected("plan " + model("tiny.onnx"), "'n' is not bound");
+  // `config` builds the stack before it prints: a rejected string prints nothing but its error.
+  expect_rejected("config strategy:static", "needs static_pool_mb");
+  // Range errors say what the value must be, in words (no 300-digit bound).
+  expect_rejected("info --pid 0", "must be a positive number");
+}
+
+}  // namespace
+
+namespace {
+
+// The eager figure against PyTorch eager itself, on a small model: torchvision's ResNet-18 at
+// 64x64, batch 2, exported to ONNX, one inference recorded with `modelmem run --trace`
+// (bench/model/eager_trace.py; bench/model/eager_validation.sh does the same on full-size
+// models). Skipped where Debian's python3-torch / torchvision / onnx are not installed.
+TEST_F(PlanCli, EagerPeakMatchesARecordedPyTorchInference) {
+  if (std::system("/usr/bin/python3 -c 'import torch, torchvision, onnx' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3-torch, python3-torchvision or python3-onnx is not installed";
+  const std::string script = std::string(MODELMEM_SOURCE_DIR) + "/bench/model/eager_trace.py";
+  const fs::path onnx = dir_ / "resnet18.onnx", trace = dir_ / "resnet18.csv";
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " export resnet18 " + onnx.string() +
+                         " 64 >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  CliRun rec = tool("run --conf strategy:caching,preload_threshold_kb:1 --trace " + trace.string() +
+                    " -- /usr/bin/python3 " + script + " infer resnet18 2 64");
+  ASSERT_EQ(rec.code, 0) << rec.err;
+  std::string measured_text;
+  {
+    fs::path out = dir_ / "measured";
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " measure " + trace.string() + " 2 64 >" +
+                           out.string())
+                              .c_str()),
+              0);
+    measured_text = slurp(out);
+  }
+  const double measured = std::stod(measured_text);
+  CliRun plan = tool("plan " + onnx.string() + " --dim batch=2");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const double eager = static_cast<double>(field(plan.out, "eager peak"));
+  EXPECT_NEAR(eager / measured, 1.0, 0.05)
+      << "plan " << eager << " B, PyTorch " << measured << " B\n"
+      << plan.out;
+  // The ideal arena is what in-place reuse saves on top: below the eager peak.
+  EXPECT_LT(static_cast<double>(field(plan.out, "ideal arena")), eager);
+}
+
+}  // namespace
