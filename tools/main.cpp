@@ -31,25 +31,33 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // "Value 0 not in range 0.000000 to 1797693134862315708...": CLI11 prints the bounds of
-// PositiveNumber and NonNegativeNumber as full doubles. Said in words instead.
+// PositiveNumber and NonNegativeNumber as full doubles (the smallest positive double shows as
+// 0.000000). Said in words instead.
 std::string human_ranges(const std::string& message) {
-  static const std::regex range(R"(not in range ([-+0-9.eE]+) to ([-+0-9.eE]+))");
+  static const std::regex range(R"(Value (\S+) not in range ([-+0-9.eE]+) to ([-+0-9.eE]+))");
   std::smatch m;
   if (!std::regex_search(message, m, range)) return message;
-  const double low = std::stod(m[1].str()), high = std::stod(m[2].str());
   auto number = [](double v) {
     char text[64];
     std::snprintf(text, sizeof text, "%g", v);
     return std::string(text);
   };
+  double value = 0, low = 0, high = 0;
+  try {
+    value = std::stod(m[1].str());
+    low = std::stod(m[2].str());
+    high = std::stod(m[3].str());
+  } catch (const std::exception&) {
+    return message;
+  }
   std::string words;
-  if (high > 1e300)
-    words = low > 0 && low < 1e-300 ? "must be a positive number"
-            : low == 0              ? "must be zero or more"
-                                    : "must be at least " + number(low);
+  if (high > 1e300 && low == 0)  // 0 rejected: the bound is the smallest positive double
+    words = value == 0 ? "must be a positive number" : "must not be negative";
+  else if (high > 1e300)
+    words = "must be at least " + number(low);
   else
     words = "must be between " + number(low) + " and " + number(high);
-  return m.prefix().str() + words + m.suffix().str();
+  return m.prefix().str() + "value " + m[1].str() + " " + words + m.suffix().str();
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ int run_plan(const PlanArgs& args) {
     text.show_live = args.show_live;
     std::string report = model::render_text(mp, text);
     if (!args.json.empty()) {
-      write_file(args.json, model::render_json(mp).dump(1) + "\n");
+      write_file(args.json, model::render_json_text(mp));
       report += fmt::format("json           {}\n", args.json);
     }
     if (!args.html.empty()) {

@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "modelmem/model/render.hpp"
+#include "modelmem/plan/plan_json.hpp"
 
 namespace modelmem::model {
 namespace {
@@ -54,29 +57,16 @@ std::string escape_html(const std::string& text) {
 
 }  // namespace
 
-nlohmann::json plan_json(const Graph& graph, const SolvedModel& mp) {
+namespace {
+
+// The model's own members of the plan file (docs/plan-format.md), after the standard ones.
+std::vector<std::pair<std::string, std::string>> model_members(const Graph& graph,
+                                                               const SolvedModel& mp) {
   const Lifetimes& lt = mp.lifetimes;
   const plan::Plan& plan = *mp.solve.plan;
-  nlohmann::json j;
-  j["model"] = graph.source;
-  j["dims"] = graph.dims;
-  j["arena_bytes"] = plan.arena_size;
-  j["weights_bytes"] = lt.weights_bytes;
-  j["lower_bound_bytes"] = mp.lower_bound;
-  j["solver"] = mp.solve.solver;
-  j["peak_step"] = mp.peak.step;
-  auto& steps = j["steps"] = nlohmann::json::array();
+  nlohmann::json steps = nlohmann::json::array();
   for (int v : lt.order) steps.push_back(graph.nodes[v].name);
-  auto& buffers = j["buffers"] = nlohmann::json::array();
-  for (std::size_t b = 0; b < lt.problem.buffers.size(); ++b) {
-    const auto& buf = lt.problem.buffers[b];
-    buffers.push_back({{"id", buf.id},
-                       {"size", buf.size},
-                       {"offset", plan.offsets[b]},
-                       {"start", buf.start},
-                       {"end", buf.end}});
-  }
-  auto& tensors = j["tensors"] = nlohmann::json::array();
+  nlohmann::json tensors = nlohmann::json::array();
   for (std::size_t t = 0; t < graph.tensors.size(); ++t) {
     int b = lt.buffer_of[t];
     if (b < 0) continue;
@@ -88,7 +78,29 @@ nlohmann::json plan_json(const Graph& graph, const SolvedModel& mp) {
                        {"last", last},
                        {"buffer", b}});
   }
-  return j;
+  return {{"model", nlohmann::json(graph.source).dump()},
+          {"dims", nlohmann::json(graph.dims).dump()},
+          {"peak_step", nlohmann::json(mp.peak.step).dump()},
+          {"steps", steps.dump()},
+          {"tensors", tensors.dump()}};
+}
+
+plan::PlanInfo plan_info(const Graph& graph, const SolvedModel& mp) {
+  plan::PlanInfo info;
+  info.source = graph.source;
+  info.solver = mp.solve.solver;
+  info.weights_bytes = mp.lifetimes.weights_bytes;
+  info.lower_bound = mp.lower_bound;
+  info.proven_optimal = mp.solve.proven_optimal;
+  info.extra = model_members(graph, mp);
+  return info;
+}
+
+}  // namespace
+
+nlohmann::json plan_json(const Graph& graph, const SolvedModel& mp) {
+  return nlohmann::json::parse(
+      plan::plan_json_text(mp.lifetimes.problem, *mp.solve.plan, plan_info(graph, mp)));
 }
 
 std::string plan_html(const Graph& graph, const SolvedModel& mp, const std::string& title) {
@@ -184,14 +196,17 @@ window.addEventListener('error', function (e) {{
                      fmt::arg("data", escape_script(data.dump())));
 }
 
+std::string render_json_text(const ModelPlan& mp) {
+  plan::PlanInfo info = plan_info(mp.graph, mp.plan);
+  info.extra.emplace_back("runtime", nlohmann::json(runtime_name(mp.options.runtime)).dump());
+  info.extra.emplace_back("dtype", nlohmann::json(mp.options.dtype).dump());
+  info.extra.emplace_back("ideal_arena_bytes", std::to_string(mp.ideal_arena));
+  info.extra.emplace_back("eager_peak_bytes", std::to_string(mp.eager_peak));
+  return plan::plan_json_text(mp.plan.lifetimes.problem, *mp.plan.solve.plan, info);
+}
+
 nlohmann::json render_json(const ModelPlan& mp) {
-  nlohmann::json j = plan_json(mp.graph, mp.plan);
-  j["runtime"] = runtime_name(mp.options.runtime);
-  j["dtype"] = mp.options.dtype;
-  j["ideal_arena_bytes"] = mp.ideal_arena;
-  j["eager_peak_bytes"] = mp.eager_peak;
-  j["total_bytes"] = mp.total();
-  return j;
+  return nlohmann::json::parse(render_json_text(mp));
 }
 
 std::string render_html(const ModelPlan& mp) {

@@ -207,7 +207,7 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   fs::path bad = write("bad.txt", "12\nnot-a-length\n");
   expect_rejected("plan " + dir_.string(), dir_.string() + ": is a directory");
   expect_rejected("plann x", "unknown command 'plann', did you mean 'plan'?");
-  expect_rejected("plan " + tiny + " --buckets n=1,2 --lengths " + bad.string(),
+  expect_rejected("plan " + model("tiny.onnx") + " --buckets n=1,2 --lengths " + bad.string(),
                   "bad.txt:2: 'not-a-length' is not a positive request length");
   expect_rejected("plan " + tiny + " --json /nonexistent/x.json", "--json /nonexistent/x.json");
   expect_rejected("plan " + tiny + " --html " + dir_.string(), "is a directory");
@@ -218,7 +218,8 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   expect_rejected("plan " + tiny + " --runtime eager --no-in-place", "--no-in-place with");
   expect_rejected("plan " + tiny + " --runtime lazy", "--runtime");
   expect_rejected("plan " + tiny + " --solver nope", "--solver nope");
-  expect_rejected("plan " + tiny + " " + model("resnet50.onnx"), "give --device-memory SIZE");
+  expect_rejected("plan " + model("tiny.onnx") + " " + model("resnet50.onnx") + " --dim n=1",
+                  "give --device-memory SIZE");
   expect_rejected("plan " + tiny + " --device-memory 0", "--device-memory '0'");
   expect_rejected("plan " + tiny + " --device-memory lots", "--device-memory 'lots'");
   expect_rejected("plan " + tiny + " --device-memory 1GiB --html x.html", "--html");
@@ -227,7 +228,7 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   // `config` builds the stack before it prints: a rejected string prints nothing but its error.
   expect_rejected("config strategy:static", "needs static_pool_mb");
   // Range errors say what the value must be, in words (no 300-digit bound).
-  expect_rejected("info --pid 0", "must be a positive number");
+  expect_rejected("info --pid 0", "--pid: value 0 must be a positive number");
 }
 
 }  // namespace

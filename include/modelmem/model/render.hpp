@@ -21,9 +21,10 @@ struct TextOptions {
 
 /// The report of `modelmem plan MODEL`, one line per figure, ending in a newline.
 std::string render_text(const ModelPlan& plan, const TextOptions& options = {});
-/// The JSON plan (the `plan:` key's format): arena_bytes, weights_bytes, lower_bound_bytes,
-/// steps, buffers, tensors (see plan_json) plus runtime, ideal_arena_bytes, eager_peak_bytes,
-/// total_bytes and dtype.
+/// The plan file (docs/plan-format.md, the `plan:` key reads it) of the chosen plan, as
+/// plan_json() writes it, plus runtime, dtype, ideal_arena_bytes and eager_peak_bytes. The text
+/// is what `modelmem plan --json` writes.
+std::string render_json_text(const ModelPlan& plan);
 nlohmann::json render_json(const ModelPlan& plan);
 /// plan_html() of the chosen plan, titled "modelmem plan: MODEL".
 std::string render_html(const ModelPlan& plan);
@@ -33,9 +34,11 @@ std::string render_html(const ModelPlan& plan);
 std::string render_text(const DevicePlan& plan);
 nlohmann::json render_json(const DevicePlan& plan);
 
-/// The plan of one graph as JSON: arena_bytes, weights_bytes, lower_bound_bytes, steps (node
-/// names in execution order), buffers, and per tensor: name, size, offset, first and last step
-/// (inclusive).
+/// The plan file of one solved graph (docs/plan-format.md: format, version, source, solver,
+/// arena_bytes, weights_bytes, total_bytes, lower_bound_bytes, proven_optimal, capacity_bytes,
+/// buffers), followed by the model's members: model, dims, peak_step, steps (node names in
+/// execution order) and per tensor: name, size, offset, first and last step (inclusive),
+/// buffer.
 nlohmann::json plan_json(const Graph& graph, const SolvedModel& plan);
 
 /// A self-contained HTML page (inline SVG and script, no network) drawing the buffers as
