@@ -115,10 +115,12 @@ std::string render_text(const ModelPlan& mp, const TextOptions& options) {
       fmt::format("ideal arena    {}: a static executor with in-place reuse (modelmem's planned "
                   "arena, ONNX Runtime){}",
                   bytes_text(mp.ideal_arena), eager ? "" : " [planned]"));
-  line(fmt::format(
-      "eager peak     {} live: an eager runtime, no in-place reuse, each tensor freed "
-      "after its last use (PyTorch eager), {:.2f}x the ideal{}",
-      bytes_text(mp.eager_peak), ratio(mp.eager_peak, mp.ideal_arena), eager ? " [planned]" : ""));
+  std::string counted = "no in-place reuse, tensors freed after their last use";
+  if (mp.options.eager_module_scopes) counted += ", module arguments held";
+  if (mp.options.eager_conv_workspace) counted += ", oneDNN convolution copies";
+  line(fmt::format("eager peak     {} live: PyTorch eager ({}), {:.2f}x the ideal{}",
+                   bytes_text(mp.eager_peak), counted, ratio(mp.eager_peak, mp.ideal_arena),
+                   eager ? " [planned]" : ""));
   line(fmt::format("total          {} = weights {} + {} arena {}", bytes_text(mp.total()),
                    format_bytes(mp.weights_bytes), runtime_name(mp.options.runtime),
                    format_bytes(arena)));
