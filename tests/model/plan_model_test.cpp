@@ -1,8 +1,13 @@
 // plan_model() / plan_device() and their renderers: the figures by hand on tiny.onnx, options
 // validated before any work, dtype of weights and activations, the text the CLI prints.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include "builder.hpp"
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/plan_model.hpp"
@@ -58,6 +63,82 @@ TEST(PlanModel, DtypeScalesWeightsUnlessKept) {
   std::string text = render_text(h);
   EXPECT_NE(text.find("float32 planned as float16"), std::string::npos) << text;
   EXPECT_EQ(text.find("as stored)"), std::string::npos) << text;
+}
+
+std::string write_model(const testing::ModelBuilder& b, const std::string& name) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("modelmem_plan_model_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  return path.string();
+}
+
+TEST(PlanModel, AStoredFloat16ModelSaysSo) {
+  testing::ModelBuilder b;
+  b.input("X", {1, 256}, onnx::TensorProto::FLOAT16)
+      .weight("W", {256, 256}, onnx::TensorProto::FLOAT16)
+      .output("Z", onnx::TensorProto::FLOAT16);
+  b.node("MatMul", {"X", "W"}, {"A"});
+  b.node("Relu", {"A"}, {"Z"});
+  const std::string path = write_model(b, "fp16.onnx");
+  PlanOptions o;
+  ModelPlan mp = plan_model(path, o);
+  std::string text = render_text(mp);
+  EXPECT_NE(text.find("(float16 as stored)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("float32"), std::string::npos) << text;
+  EXPECT_EQ(mp.weights_bytes, 256u * 256u * 2u);
+  o.dtype = "fp16";  // nothing to convert: said, and the figures unchanged
+  ModelPlan h = plan_model(path, o);
+  EXPECT_NE(render_text(h).find("no float32 activations to convert"), std::string::npos);
+  EXPECT_EQ(h.weights_bytes, mp.weights_bytes);
+  EXPECT_EQ(h.arena(), mp.arena());
+  std::filesystem::remove(path);
+}
+
+TEST(PlanModel, EagerCountsConvolutionCopies) {
+  // X [1,4,8,8] float32 = 1 KiB, W1 [4,4,3,3] = 576 B. Plain eager: X is held by the caller,
+  // at the Relu X + A + B = 3 KiB. With the copies, the 3x3 Conv's step holds X + A + a copy of
+  // X and of W1 (1,600 B, a multiple of 64): 3,648 B. The 1x1 Conv makes none.
+  testing::ModelBuilder b;
+  b.input("X", {1, 4, 8, 8}).weight("W1", {4, 4, 3, 3}).weight("W2", {4, 4, 1, 1}).output("Y");
+  auto& c1 = b.node("Conv", {"X", "W1"}, {"A"}, "c1");
+  auto* pads = c1.add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  b.node("Relu", {"A"}, {"B"}, "relu");
+  b.node("Conv", {"B", "W2"}, {"Y"}, "c2");
+  const std::string path = write_model(b, "conv.onnx");
+  PlanOptions o;
+  o.eager_conv_workspace = false;
+  EXPECT_EQ(plan_model(path, o).eager_peak, 3072u);
+  o.eager_conv_workspace = true;
+  ModelPlan w = plan_model(path, o);
+  EXPECT_EQ(w.eager_peak, 1024u + 1024u + 1600u);
+  EXPECT_EQ(w.eager_peak_step, 0u);
+  EXPECT_EQ(w.plan.lifetimes.workspaces, 0u);  // the static plan has none
+  o.runtime = Runtime::kEager;
+  ModelPlan e = plan_model(path, o);
+  EXPECT_EQ(e.plan.lifetimes.workspaces, 1u);
+  EXPECT_EQ(e.arena(), e.eager_peak);
+  std::filesystem::remove(path);
+}
+
+TEST(PlanModel, EagerHoldsAModulesArgumentsUntilItReturns) {
+  // torch.onnx names: P is made in module "pre" and passed into module "block"; Python's frame
+  // of block.forward holds it to the block's last node. Each tensor is 1 KiB.
+  testing::ModelBuilder b;
+  b.input("X", {1, 256}).output("Y");
+  b.node("Relu", {"X"}, {"P"}, "/pre/Relu");
+  b.node("Relu", {"P"}, {"A"}, "/block/a/Relu");
+  b.node("Relu", {"A"}, {"B"}, "/block/b/Relu");
+  b.node("Relu", {"B"}, {"Y"}, "/block/c/Relu");
+  const std::string path = write_model(b, "scopes.onnx");
+  PlanOptions o;
+  o.eager_module_scopes = false;
+  EXPECT_EQ(plan_model(path, o).eager_peak, 3072u);  // X + two neighbours
+  o.eager_module_scopes = true;
+  EXPECT_EQ(plan_model(path, o).eager_peak, 4096u);  // X + P (held) + two neighbours
+  std::filesystem::remove(path);
 }
 
 TEST(PlanModel, OptionsAreValidatedBeforeLoading) {
