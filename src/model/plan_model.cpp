@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/solver.hpp"
@@ -185,7 +186,7 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
     if (count == 0)
       throw InvalidInput(
           fmt::format("--dim {}: none of the models has a dim named '{}'", name, name));
-  std::map<std::string, int> names;
+  std::set<std::string> taken;
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const ModelPlan& mp = dp.plans[i];
     ModelShare s;
@@ -198,7 +199,9 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
           std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ? c : '_';
     if (pool.empty()) pool = "model";
     pool = pool.substr(0, 40);
-    if (int n = ++names[pool]; n > 1) pool += fmt::format("_{}", n);
+    const std::string base = pool;
+    for (int n = 2; taken.count(pool); ++n) pool = fmt::format("{}_{}", base, n);
+    taken.insert(pool);
     s.pool = pool;
     s.weights = mp.weights_bytes;
     s.ideal = checked_add(mp.weights_bytes, mp.ideal_arena, "model need");

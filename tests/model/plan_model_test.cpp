@@ -228,6 +228,10 @@ TEST(PlanDevice, NeedsAddUpAndStringsFollowTheFormat) {
   DevicePlan twice = plan_device({kModels + "tiny.onnx", kModels + "tiny.onnx"}, tiny_options(),
                                  std::size_t{1} << 20);
   EXPECT_EQ(twice.models[1].pool, "tiny_2");
+  DevicePlan thrice =
+      plan_device({kModels + "tiny.onnx", kModels + "tiny.onnx", kModels + "tiny.onnx"},
+                  tiny_options(), std::size_t{1} << 20);
+  EXPECT_EQ(thrice.models[2].pool, "tiny_3");
   // A dim no model has is an error.
   PlanOptions bad = tiny_options();
   bad.dims["nope"] = 3;
