@@ -13,7 +13,9 @@
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/order.hpp"
-#include "modelmem/model/report.hpp"
+#include "modelmem/model/buckets.hpp"
+#include "modelmem/model/render.hpp"
+#include "modelmem/model/solve.hpp"
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/problem.hpp"
 #include "modelmem/plan/solver.hpp"
@@ -53,7 +55,7 @@ struct Plan {
   std::optional<std::int64_t> peak_step;
   // What the library renders from.
   std::shared_ptr<model::Graph> graph;
-  std::shared_ptr<model::ModelPlan> model_plan;
+  std::shared_ptr<model::SolvedModel> model_plan;
   std::shared_ptr<plan::Problem> problem;
 };
 
@@ -177,12 +179,12 @@ Plan plan_model(const std::filesystem::path& fpath, const py::object& dims, cons
 
   Plan out;
   auto graph = std::make_shared<model::Graph>();
-  auto mp = std::make_shared<model::ModelPlan>();
+  auto mp = std::make_shared<model::SolvedModel>();
   std::vector<model::BucketPlan> bucket_plans;
   run_interruptible([&] {
     *graph = model::load_onnx(path, load);
     if (order == "memory") lifetimes.order = model::memory_order(*graph, lifetimes).order;
-    *mp = model::plan_model(*graph, lifetimes, solver, options);
+    *mp = model::solve_model(*graph, lifetimes, solver, options);
     if (spec)
       bucket_plans =
           model::plan_buckets(path, load, *spec, lifetimes, solver, options, order == "memory");
