@@ -12,9 +12,13 @@ namespace {
 
 constexpr int kMaxDepth = 16;
 
-// The selection stack of this thread: pool indices, innermost last.
-__thread int t_pool_stack[kMaxDepth] __attribute__((tls_model("initial-exec")));
-__thread int t_pool_depth __attribute__((tls_model("initial-exec"))) = 0;
+// The selection stack of this thread: pool indices, innermost last. The default TLS model, not
+// initial-exec: the core is linked into libraries that frameworks dlopen (the CUDA and NPU
+// pluggable allocators), where initial-exec TLS needs static TLS space the loader may not have
+// ("cannot allocate memory in static TLS block"). Under LD_PRELOAD the library is loaded at
+// start-up, so this TLS is in the static block anyway and reading it never allocates.
+__thread int t_pool_stack[kMaxDepth];
+__thread int t_pool_depth = 0;
 
 }  // namespace
 
