@@ -248,7 +248,7 @@ void install(const std::string& text) {
   modelmem::torch::install(allocator);
   s.allocator = allocator;
   s.config = text;
-  s.registration = monitor::publish(allocator, {"torch-cpu", "cpu", "", 0});
+  // install() publishes it to the monitor (pool "libtorch"), as for any libtorch user.
 }
 
 void route(const std::shared_ptr<alloc::Allocator>& a) {

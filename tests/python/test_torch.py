@@ -60,7 +60,7 @@ def test_cpu_allocator_stats_report_steps_and_trace(tmp_path):
         else:
             raise AssertionError("empty path accepted")
         me = [p for p in modelmem.info() if p["pid"] == __import__("os").getpid()]
-        assert me and me[0]["pools"][0]["name"] == "torch-cpu", me
+        assert me and me[0]["pools"][0]["name"] == "libtorch", me
         print("ok")
     """)
     assert out.strip() == "ok"
@@ -141,7 +141,7 @@ def test_pools_with_quotas():
         assert names["small"]["budget"] == 8 << 20 and "big" in names, names
         import subprocess
         cli = subprocess.run([{CLI!r}, "info"], capture_output=True, text=True).stdout
-        assert "small" in cli and "big" in cli and "torch-cpu" in cli, cli
+        assert "small" in cli and "big" in cli and "libtorch" in cli, cli
         print("ok")
     """)
     assert out.split() == ["quota", "breach", "ok"]
