@@ -10,10 +10,10 @@
 
 #include "common.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/model/buckets.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/order.hpp"
-#include "modelmem/model/buckets.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/model/solve.hpp"
 #include "modelmem/plan/plan_io.hpp"

@@ -39,7 +39,8 @@ const std::vector<ReplayStrategy>& replay_strategies() {
        [](const StrategyContext&) { return caching(false); }},
       {"caching+expandable", "caching pool, expandable segments",
        [](const StrategyContext&) { return caching(true); }},
-      {"planned", "profile-guided planned arena (steps from marks or the period), as modelmem run's default",
+      {"planned",
+       "profile-guided planned arena (steps from marks or the period), as modelmem run's default",
        planned},
       {"static", "static best-fit pool of analyze's recommended size (static_pool_mb)",
        [](const StrategyContext& c) {

@@ -37,8 +37,8 @@ struct PoolSnapshot {
   std::uint64_t alloc_bytes_total = 0;  ///< bytes handed out since the pool was made
   std::uint64_t free_bytes_total = 0;   ///< bytes given back since the pool was made
   std::uint64_t segments = 0;           ///< device segments held now
-  std::uint64_t plan_hits = 0;    ///< planned arena: requests served from a plan
-  std::uint64_t plan_misses = 0;  ///< planned arena: requests of planned steps that missed
+  std::uint64_t plan_hits = 0;          ///< planned arena: requests served from a plan
+  std::uint64_t plan_misses = 0;        ///< planned arena: requests of planned steps that missed
   std::uint64_t update_time_ns = 0;     ///< wall clock (ns since the Unix epoch)
 };
 
@@ -58,7 +58,8 @@ struct ProcessSnapshot {
   std::vector<PoolSnapshot> pools;
 };
 
-/// Sizes of the layout (version 2: version 1 and the command line). Strings are NUL-padded and cut to these lengths minus one.
+/// Sizes of the layout (version 2: version 1 and the command line). Strings are NUL-padded and cut
+/// to these lengths minus one.
 inline constexpr std::uint64_t kSegmentMagic = 0x314e4f4d4d454d4dULL;  // "MMEMMON1"
 inline constexpr std::uint64_t kSegmentVersion = 2;
 inline constexpr std::size_t kProcessNameBytes = 64;
