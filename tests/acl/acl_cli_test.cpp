@@ -1,6 +1,8 @@
 // `modelmem config device:npu,...` and `modelmem info` over the emulated runtime, as a user
 // runs them: the probe, the one warning in each virtual-memory case, fallback:static and
 // fallback:error, and the NPUs in info's table and JSON.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -17,7 +19,10 @@ struct Result {
 };
 
 Result run(const std::string& env, const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "/acl_cli_stderr.txt";
+  // One file per process and call: CTest runs these tests in parallel processes.
+  static int calls = 0;
+  const std::string err_file = ::testing::TempDir() + "/acl_cli_stderr." +
+                               std::to_string(::getpid()) + "." + std::to_string(calls++) + ".txt";
   const std::string cmd =
       "env MODELMEM_MONITOR=0 MODELMEM_ACL_LIBRARY=" + std::string(MODELMEM_EMULATED_ACL) + " " +
       env + " " + MODELMEM_CLI + " " + args + " 2>" + err_file;
@@ -33,6 +38,7 @@ Result run(const std::string& env, const std::string& args) {
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.err.append(buf, n);
     std::fclose(f);
   }
+  std::remove(err_file.c_str());
   return r;
 }
 
