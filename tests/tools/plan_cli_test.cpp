@@ -14,37 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "cli_test.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-class PlanCli : public ::testing::Test {
+class PlanCli : public CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("modelmem_plan_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // `modelmem ARGS`, stdout and stderr apart.
-  CliRun tool(const std::string& args) {
-    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    std::string cmd = std::string(MODELMEM_CLI) + " " + args + " >" + out.string() + " 2>" +
-                      err.string() + " </dev/null";
-    int status = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
+  CliRun tool(const std::string& args) { return run_cli(args, /*no_stdin=*/true); }
   // A bad input: exit 2, one line on stderr containing `expect`, nothing on stdout.
   void expect_rejected(const std::string& args, const std::string& expect) {
     SCOPED_TRACE(args);
@@ -55,17 +34,6 @@ class PlanCli : public ::testing::Test {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // exactly one line
     EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
     EXPECT_LT(r.err.size(), 400u) << r.err;
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p;
-  }
-  static std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
   }
   static std::string model(const std::string& name) {
     return std::string(MODELMEM_SOURCE_DIR) + "/models/" + name;
@@ -83,8 +51,6 @@ class PlanCli : public ::testing::Test {
       if (text[p] != ',') digits += text[p];
     return std::stoull(digits);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(PlanCli, TinyReportsIdealEagerAndTotal) {

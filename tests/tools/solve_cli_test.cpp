@@ -15,51 +15,17 @@
 #include "modelmem/plan/plan_file.hpp"
 #include "modelmem/plan/plan_io.hpp"
 
+#include "cli_test.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-class SolveCli : public ::testing::Test {
+class SolveCli : public CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("modelmem_solve_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   CliRun run(const std::string& args) { return run_command("solve " + args); }
-  CliRun run_command(const std::string& args) {
-    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    std::string cmd =
-        std::string(MODELMEM_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
-    int status = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p;
-  }
-  static std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  CliRun run_command(const std::string& args) { return run_cli(args); }
   static std::string example() { return std::string(MODELMEM_SOURCE_DIR) + "/examples/small.csv"; }
-
-  fs::path dir_;
 };
 
 }  // namespace

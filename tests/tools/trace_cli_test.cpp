@@ -17,15 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "cli_test.hpp"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -38,32 +35,9 @@ std::string quote(const std::string& s) {
   return "'" + s + "'";
 }
 
-class TraceCli : public ::testing::Test {
+class TraceCli : public CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("modelmem_trace_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CliRun run(const std::string& args) {
-    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    std::string cmd =
-        std::string(MODELMEM_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
-    int status = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p;
-  }
+  CliRun run(const std::string& args) { return run_cli(args); }
   // A bad invocation: exit code 2, one line on stderr containing `needle`, nothing on stdout.
   void expect_one_line_error(const std::string& args, const std::string& needle) {
     SCOPED_TRACE(args);
@@ -73,8 +47,6 @@ class TraceCli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }
-
-  fs::path dir_;
 };
 
 std::string example_trace() {
