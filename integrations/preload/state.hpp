@@ -1,23 +1,79 @@
-// What the parts of libmodelmem_preload.so share (preload.cpp: the interposed functions;
-// publish.cpp: the monitor and the C symbols for step marks and pools).
+// The shared state of libmodelmem_preload.so: whether the library serves requests, the
+// strategy it serves them with, the lock that serialises calls into it, and the per-thread depth
+// that sends modelmem's own requests to the next allocator. Defined in init.cpp, written only
+// by initialise() (before the library turns ready) and read by every other file.
+//
+// How pointers find their way home: every modelmem segment lies inside one address range
+// reserved at start-up (RegionDevice), so free/realloc/malloc_usable_size route by one
+// comparison (ours()). Everything made while the library is not ready (before its constructor
+// ran, during its own initialisation, inside modelmem itself on the same thread) comes from the
+// next allocator, so recursion is impossible: modelmem's own containers use it.
+//
+// Concurrency: one mutex serialises calls into the strategy (which is thread-safe anyway); the
+// same mutex is held across fork() (pthread_atfork) so a child never inherits it locked.
+//
+// The files of the library, one job each:
+//   c_abi.cpp           the C allocation functions (malloc, free, ..., malloc_usable_size)
+//   next_allocator.*    finding the allocator after this one in the lookup order (dlsym)
+//   bootstrap.*         the static buffer that serves requests made during that lookup
+//   cache_glue.*        the small-block cache (small_cache.hpp) in front of the C library
+//   strategy.*          calls into the modelmem strategy for large requests; fork handlers
+//   init.cpp            initialisation: the one place that reads the configuration and builds
+//   report.cpp          the exit report (MODELMEM_REPORT=1) and the trace writer (MODELMEM_TRACE)
+//   publish.cpp         the pools in `modelmem info`/`top`; C symbols for step marks and pools
+//   stack.*             what a configuration builds (shared with `modelmem run`'s preflight)
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "modelmem/alloc/allocator.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/pool_router.hpp"
+#include "modelmem/trace/recorder.hpp"
+#include "region_device.hpp"
 #include "stack.hpp"
+
+#pragma GCC visibility push(hidden)
 
 namespace modelmem::preload {
 
+enum State : int { kNotReady = 0, kInitialising = 1, kReady = 2, kOff = 3 };
+
+/// Larger alignments (valloc, pvalloc, page-aligned memalign) go to the next allocator.
+constexpr std::size_t kMaxAlignment = 256;
+
+extern std::atomic<int> g_state;
+/// Requests of at least this many bytes go to modelmem.
+extern std::size_t g_threshold;
+/// Where every modelmem segment lies.
+extern RegionDevice* g_region;
 /// Serialises every call into the strategy (held across fork()).
 extern std::mutex g_mutex;
 /// The strategy (nullptr until the library is ready).
 extern alloc::Allocator* g_alloc;
 /// g_alloc when the configuration has pools.
 extern alloc::PoolRouter* g_router;
+/// g_alloc (or the router's main pool) when the strategy is planned.
+extern alloc::PlannedAllocator* g_planned;
 /// What was built, kept for the process's lifetime (nullptr until the library is ready).
 extern Stack* g_stack;
+/// MODELMEM_TRACE: the recorder and the file it is written to at exit.
+extern trace::Recorder* g_recorder;
+extern std::string* g_trace_path;
+/// The strategy's describe(), for the report.
+extern std::string* g_describe;
+/// Requested size of every live block made by modelmem (malloc_usable_size, realloc), whatever
+/// the strategy. Its nodes come from the C heap (it is only touched inside modelmem).
+extern std::unordered_map<const void*, std::size_t>* g_sizes;
+/// Requests counted for the report (under g_mutex).
+extern std::uint64_t g_served;
+/// Large requests the strategy refused (out of memory), served by the next allocator instead.
+extern std::atomic<std::uint64_t> g_large_libc;
 
 /// Depth of modelmem code on this thread: > 0 means "we are inside modelmem, use the C heap".
 /// initial-exec: reading it must not allocate (a dynamic TLS block would call malloc).
@@ -28,8 +84,23 @@ struct Inside {
   ~Inside() { --t_depth; }
 };
 
+/// Whether this request may go to the strategy (the library is ready, not inside modelmem).
+inline bool ready() noexcept {
+  return t_depth == 0 && g_state.load(std::memory_order_acquire) == kReady;
+}
+
 /// Whether the library serves requests (the C symbols are no-ops otherwise).
-bool serving() noexcept;
+inline bool serving() noexcept {
+  return g_state.load(std::memory_order_acquire) == kReady;
+}
+
+/// Whether `p` was made by modelmem (lies in the region).
+inline bool ours(const void* p) noexcept {
+  return g_region != nullptr && g_region->contains(p);
+}
+
+/// Builds the strategy from MODELMEM_ALLOC_CONF once (init.cpp); later calls return at once.
+void initialise() noexcept;
 
 /// Publishes the stack's pools to the monitor (`modelmem info`, `top`). Call once, ready, after
 /// the library's own pthread_atfork handlers are registered (the publisher's run first then).
@@ -40,3 +111,5 @@ void publish_pools();
 void report_quota(const char* what) noexcept;
 
 }  // namespace modelmem::preload
+
+#pragma GCC visibility pop

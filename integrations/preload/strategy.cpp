@@ -1,0 +1,84 @@
+// Calls into the modelmem strategy (see strategy.hpp).
+#include "strategy.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "cache_glue.hpp"
+#include "modelmem/core/error.hpp"
+#include "next_allocator.hpp"
+#include "state.hpp"
+
+namespace modelmem::preload {
+
+__thread bool t_quota_refused __attribute__((tls_model("initial-exec"))) = false;
+
+void* mm_allocate(std::size_t size) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  try {
+    void* p = g_alloc->allocate(size);
+    try {
+      g_sizes->emplace(p, size);
+    } catch (...) {
+      g_alloc->deallocate(p);
+      throw;
+    }
+    g_served++;
+    if (g_cache_pending && g_planned->planned_stats().plans_made > 0) {
+      g_cache_pending = false;
+      g_cache_on.store(true, std::memory_order_release);
+    }
+    return p;
+  } catch (const QuotaExceeded& e) {
+    t_quota_refused = true;
+    report_quota(e.what());
+    return nullptr;  // the caller returns NULL with ENOMEM
+  } catch (...) {
+    return nullptr;  // counted in g_large_libc by the caller, which falls back
+  }
+}
+
+void mm_free(void* p) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  try {
+    g_alloc->deallocate(p);
+    g_sizes->erase(p);
+  } catch (const std::exception& e) {
+    // As glibc does for a double free: the heap can no longer be trusted.
+    std::fprintf(stderr, "modelmem preload: free(%p): %s\n", p, e.what());
+    std::abort();
+  }
+}
+
+std::size_t mm_size(const void* p) noexcept {
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  auto it = g_sizes->find(p);
+  return it == g_sizes->end() ? 0 : it->second;
+}
+
+// Requests served by modelmem; the sizes of the others are left to the next allocator.
+void* large_malloc(std::size_t size) noexcept {
+  void* p = mm_allocate(size);
+  if (p == nullptr) {
+    if (quota_refused()) return nullptr;
+    g_large_libc.fetch_add(1, std::memory_order_relaxed);
+    p = next_malloc(size);
+  }
+  return p;
+}
+
+void fork_prepare() {
+  g_mutex.lock();
+}
+void fork_parent() {
+  g_mutex.unlock();
+}
+void fork_child() {
+  g_mutex.unlock();
+}
+
+}  // namespace modelmem::preload

@@ -1,0 +1,40 @@
+// Large requests served by the modelmem strategy (under g_mutex, inside modelmem so its own
+// containers use the C heap), and the fork handlers that keep g_mutex usable in a child.
+#pragma once
+
+#include <cerrno>
+#include <cstddef>
+
+#pragma GCC visibility push(hidden)
+
+namespace modelmem::preload {
+
+/// Set by mm_allocate when it refused a request for a pool's quota: the caller must not give it
+/// to the next allocator (the quota would mean nothing then).
+extern __thread bool t_quota_refused __attribute__((tls_model("initial-exec")));
+
+/// A block from the strategy, or null when it refuses (the caller falls back, unless
+/// quota_refused() says a quota refused it).
+void* mm_allocate(std::size_t size) noexcept;
+/// Gives a block back; aborts on a double free, as glibc does.
+void mm_free(void* p) noexcept;
+/// The requested size of a live modelmem block (0 when unknown).
+std::size_t mm_size(const void* p) noexcept;
+/// mm_allocate, else the next allocator (counted as refused); null when a quota refused it.
+void* large_malloc(std::size_t size) noexcept;
+
+/// After mm_allocate returned nullptr: true (errno ENOMEM) when a quota refused the request.
+inline bool quota_refused() noexcept {
+  if (!t_quota_refused) return false;
+  t_quota_refused = false;
+  errno = ENOMEM;
+  return true;
+}
+
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
+}  // namespace modelmem::preload
+
+#pragma GCC visibility pop
