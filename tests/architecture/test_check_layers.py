@@ -1,0 +1,53 @@
+"""scripts/check-layers: the real tree keeps the house rules, and each kind of breach is caught
+and named (a wrong-way include, a file over 600 lines, a flat public header)."""
+import os
+import subprocess
+import sys
+
+SOURCE = os.environ.get("MODELMEM_SOURCE_DIR",
+                        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SCRIPT = os.path.join(SOURCE, "scripts", "check-layers")
+
+
+def check(root):
+    return subprocess.run([sys.executable, SCRIPT, "--root", str(root)], capture_output=True,
+                          text=True)
+
+
+def write(root, rel, text):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_the_tree_keeps_the_rules():
+    r = check(SOURCE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no file over 600 lines" in r.stdout
+
+
+def test_a_clean_tree_passes(tmp_path):
+    write(tmp_path, "src/alloc/ok.cpp", '#include "modelmem/device/device.hpp"\n'
+          '#include "modelmem/core/error.hpp"\n#include "local.hpp"\n')
+    write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
+    write(tmp_path, "integrations/preload/c_abi.cpp", "int x;\n" * 600)
+    r = check(tmp_path)
+    assert r.returncode == 0, r.stdout
+
+
+def test_each_breach_is_named(tmp_path):
+    write(tmp_path, "src/device/host.cpp", '#include <cstdio>\n#include "modelmem/alloc/allocator.hpp"\n')
+    write(tmp_path, "src/plan/solver.cpp", '#include "modelmem/trace/trace.hpp"\n')
+    write(tmp_path, "src/alloc/caching.cpp", '#include "modelmem/model/graph.hpp"\n')
+    write(tmp_path, "integrations/preload/preload.cpp", "int x;\n" * 601)
+    write(tmp_path, "include/modelmem/flat.hpp", "#pragma once\n")
+    write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
+    r = check(tmp_path)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert "src/device/host.cpp:2: includes alloc/allocator.hpp: src/device may include only core, device" in lines
+    assert any(l.startswith("src/plan/solver.cpp:1: includes trace/trace.hpp") for l in lines)
+    assert any(l.startswith("src/alloc/caching.cpp:1: includes model/graph.hpp") for l in lines)
+    assert "integrations/preload/preload.cpp: 601 lines (at most 600)" in lines
+    assert "include/modelmem/flat.hpp: a public header outside a layer's folder" in lines
+    assert len(lines) == 5, lines
