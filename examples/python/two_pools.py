@@ -42,7 +42,7 @@ def main():
         if proc["pid"] == os.getpid():
             for q in proc["pools"]:
                 budget = f"{q['budget'] / MiB:.0f} MiB" if q["budget"] else "none"
-                print(f"pool {q['name']:<12} quota {budget:>8}  allocated "
+                print(f"pool {q['pool']:<12} quota {budget:>8}  allocated "
                       f"{q['allocated'] / MiB:7.1f} MiB  peak {q['peak_allocated'] / MiB:7.1f} MiB")
     print(handle.report(), end="")
 

@@ -1,11 +1,17 @@
 // modelmem._modelmem: the extension behind the `modelmem` package (python/modelmem/).
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "common.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/reader.hpp"
+#include "modelmem/monitor/render.hpp"
+#include "modelmem/monitor/view.hpp"
 
 namespace modelmem::python {
 namespace {
@@ -22,45 +28,29 @@ py::dict config_dict(const std::string& text) {
   return d;
 }
 
-py::list info() {
+// What `modelmem info` prints (format "table", "json" or "prometheus"), through the library's
+// own view and renderers: the CLI and the package show the same.
+std::string info_report(const std::string& format, bool devices, std::optional<std::int64_t> pid) {
+  if (format != "table" && format != "json" && format != "prometheus")
+    raise("InvalidInputError",
+          "info format '" + format + "': expected \"table\", \"json\" or \"prometheus\"");
   monitor::publish_now();  // this process's own pools as they are now
-  monitor::Scan scan;
+  monitor::MachineView view;
   {
     py::gil_scoped_release nogil;
-    scan = monitor::scan();
+    monitor::ScanOptions options;
+    options.pid = pid;
+    view = monitor::look(options, devices);
   }
-  py::list out;
-  for (const auto& p : scan.processes) {
-    py::list pools;
-    for (const auto& s : p.pools) {
-      py::dict d;
-      d["name"] = s.name;
-      d["device"] = s.device;
-      d["strategy"] = s.strategy;
-      d["budget"] = s.budget;
-      d["reserved"] = s.reserved;
-      d["allocated"] = s.allocated;
-      d["peak_allocated"] = s.peak_allocated;
-      d["peak_reserved"] = s.peak_reserved;
-      d["requested"] = s.requested;
-      d["largest_free_block"] = s.largest_free_block;
-      d["fragmentation"] = s.fragmentation;
-      d["oom_count"] = s.oom_count;
-      d["alloc_retries"] = s.alloc_retries;
-      d["alloc_count"] = s.alloc_count;
-      d["segments"] = s.segments;
-      d["warning"] = s.warning;
-      pools.append(d);
-    }
-    py::dict proc;
-    proc["pid"] = p.pid;
-    proc["process"] = p.process_name;
-    proc["segment"] = p.segment;
-    proc["update_count"] = p.update_count;
-    proc["pools"] = pools;
-    out.append(proc);
-  }
-  return out;
+  if (format == "json") return monitor::info_json(view);
+  if (format == "prometheus") return monitor::info_prometheus(view);
+  return monitor::info_table(view);
+}
+
+// The processes of `modelmem info --json`, as Python objects.
+py::object info(bool devices) {
+  return py::module_::import("json").attr("loads")(
+      info_report("json", devices, std::nullopt))["processes"];
 }
 
 }  // namespace
@@ -89,9 +79,15 @@ naming the key for an unknown key or a bad value.)");
         return out;
       },
       "Every configuration key with its default, accepted values and meaning.");
-  m.def("info", &info,
-        R"(The processes and pools the monitor sees (what `modelmem info` shows): a list of dicts
-with pid, process and pools (name, device, strategy, budget, reserved, allocated, ...).)");
+  m.def("info", &info, py::arg("devices") = false,
+        R"(The processes and pools the monitor sees: the "processes" of `modelmem info --json`, a
+list of dicts with pid, process, command, segment, updates, ... and pools (pool, device, strategy,
+budget, reserved, allocated, peak_allocated, ...). This process's own pools are published first.
+devices=True also asks the accelerators (it does not change what is returned).)");
+  m.def("info_report", &info_report, py::arg("format") = "table", py::arg("devices") = true,
+        py::arg("pid") = py::none(),
+        R"(What `modelmem info` prints: format "table" (the default), "json" or "prometheus";
+devices=False skips the accelerators, pid keeps one process.)");
   bind_plans(m);
   bind_traces(m);
   bind_torch(m);

@@ -25,4 +25,18 @@ std::string format_bytes_mib(std::size_t bytes) {
   return format_bytes(bytes);
 }
 
+std::string format_bytes_short(std::uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "K", "M", "G", "T", "P"};
+  if (bytes < 1024) return std::to_string(bytes) + "B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, value < 100 ? "%.1f%s" : "%.0f%s", value, kUnits[unit]);
+  return buf;
+}
+
 }  // namespace modelmem

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import modelmem
-from conftest import PYTHONPATH, SHARED, SOURCE
+from conftest import CLI, PYTHONPATH, SHARED, SOURCE
 
 MODELS = os.path.join(SOURCE, "models")
 
@@ -207,3 +207,16 @@ def test_info_lists_processes():
     assert isinstance(procs, list)
     for p in procs:
         assert {"pid", "process", "pools"} <= set(p)
+
+
+def test_info_report_prints_what_the_cli_prints():
+    table = modelmem.info_report(devices=False)
+    assert table.startswith("modelmem info  ") and "\nhost: " in table
+    report = json.loads(modelmem.info_report("json", devices=False))
+    assert {"host", "devices", "processes", "stale", "notes"} <= set(report)
+    cli = json.loads(subprocess.run([CLI, "info", "--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert set(cli) >= set(report)  # the CLI also asks the accelerators ("npu")
+    assert modelmem.info_report("prometheus", devices=False).startswith("# HELP modelmem_host")
+    with pytest.raises(modelmem.InvalidInputError, match="info format 'yaml'"):
+        modelmem.info_report("yaml")

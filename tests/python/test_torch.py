@@ -60,7 +60,7 @@ def test_cpu_allocator_stats_report_steps_and_trace(tmp_path):
         else:
             raise AssertionError("empty path accepted")
         me = [p for p in modelmem.info() if p["pid"] == __import__("os").getpid()]
-        assert me and me[0]["pools"][0]["name"] == "libtorch", me
+        assert me and me[0]["pools"][0]["pool"] == "libtorch", me
         print("ok")
     """)
     assert out.strip() == "ok"
@@ -136,12 +136,18 @@ def test_pools_with_quotas():
                 pass
             else:
                 raise AssertionError(bad)
-        names = {{q["name"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
+        names = {{q["pool"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
                   for q in proc["pools"]}}
         assert names["small"]["budget"] == 8 << 20 and "big" in names, names
         import subprocess
         cli = subprocess.run([{CLI!r}, "info"], capture_output=True, text=True).stdout
         assert "small" in cli and "big" in cli and "libtorch" in cli, cli
+        # The package renders with the CLI's own code: this process's rows are the same.
+        me = __import__("os").getpid()
+        rows = lambda text: [l for l in text.splitlines() if l.startswith(f"{{me}} ")]
+        cli_me = subprocess.run([{CLI!r}, "info", "-p", str(me)], capture_output=True,
+                                text=True).stdout
+        assert rows(cli_me) and rows(modelmem.info_report(devices=False, pid=me)) == rows(cli_me)
         print("ok")
     """)
     assert out.split() == ["quota", "breach", "ok"]

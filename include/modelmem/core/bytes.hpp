@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace modelmem {
@@ -12,5 +13,8 @@ std::string format_bytes(std::size_t bytes);
 
 /// A whole number of MiB as "20 MiB", anything else as format_bytes does ("1.50 MiB").
 std::string format_bytes_mib(std::size_t bytes);
+
+/// At most 6 characters, for tables 80 columns wide: "1.5G", "20.0M", "512K", "100B".
+std::string format_bytes_short(std::uint64_t bytes);
 
 }  // namespace modelmem
