@@ -34,20 +34,13 @@ using namespace modelmem::alloc;
 namespace {
 
 using detail::bad;
+using detail::kMaxMb;
 using detail::kMiB;
+using detail::parse_uint;
 using detail::preset;
 using detail::trim_double;
 
-// A size in MiB must still fit in 64 bits as bytes.
-constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
-
 using core::trim;
-
-bool parse_uint(std::string_view s, std::size_t& out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
 
 bool parse_double(std::string_view s, double& out) {
   if (s.empty() || s.front() == '+' || s.front() == ' ') return false;
@@ -500,19 +493,12 @@ std::map<std::size_t, unsigned> parse_roundup_power2_divisions(std::string_view 
   std::vector<unsigned> table(kIntervals, 0);
   std::size_t last_index = 0;
   bool first = true;
-  std::size_t start = 0;
-  while (start <= body.size()) {
-    std::size_t comma = body.find(',', start);
-    std::string_view entry = trim(body.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    start = comma == std::string_view::npos ? body.size() + 1 : comma + 1;
-    std::size_t colon = entry.find(':');
-    if (colon == std::string_view::npos)
-      throw InvalidInput("list entry '" + std::string(entry) + "' is not SIZE_MB:DIVISIONS");
-    std::string_view edge = trim(entry.substr(0, colon));
-    unsigned value = divisions(entry.substr(colon + 1), true);
+  for (const detail::ListEntry& entry :
+       detail::list_entries(body, "list entry", "SIZE_MB:DIVISIONS")) {
+    const std::string_view edge = entry.key;
+    unsigned value = divisions(entry.value, true);
     if (edge == ">") {
-      if (comma != std::string_view::npos) throw InvalidInput("'>' must be the last entry");
+      if (!entry.last) throw InvalidInput("'>' must be the last entry");
       std::fill(table.begin() + static_cast<std::ptrdiff_t>(first ? 0 : last_index + 1),
                 table.end(), value);
       first = false;

@@ -3,12 +3,32 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "modelmem/config/factory.hpp"
 
 namespace modelmem::config::detail {
 
 inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+/// A size in MiB must still fit in 64 bits as bytes.
+inline constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
+
+/// Whether `s` is a whole decimal number that fits (digits only: no sign, no space); sets `out`.
+bool parse_uint(std::string_view s, std::size_t& out);
+
+/// One "KEY:VALUE" entry of a bracketed list, both sides trimmed.
+struct ListEntry {
+  std::string_view key;
+  std::string_view value;
+  bool last = false;  ///< no comma follows it
+};
+
+/// The entries of a "[KEY:VALUE,...]" list, given its inside (`body`, without the brackets), in
+/// order. An entry without ':' (an empty body is one empty entry) throws InvalidInput
+/// "ENTRY_WORD 'TEXT' is not FORM".
+std::vector<ListEntry> list_entries(std::string_view body, std::string_view entry_word,
+                                    std::string_view form);
 
 /// Throws InvalidInput "config: KEY: WHAT".
 [[noreturn]] void bad(const std::string& key, const std::string& what);

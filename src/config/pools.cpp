@@ -2,7 +2,6 @@
 // the configured strategy per pool, on its own capacity-limited view of the device (the view
 // holds exactly the quota, so a pool can never take memory from another) behind a QuotaAdaptor,
 // and a PoolRouter in front that sends each thread's requests to the pool it selected.
-#include <charconv>
 #include <string>
 
 #include "config/internal.hpp"
@@ -18,16 +17,8 @@ namespace modelmem::config {
 namespace {
 
 using core::trim;
+using detail::kMaxMb;
 using detail::kMiB;
-
-// A size in MiB must still fit in 64 bits as bytes.
-constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
-
-bool parse_mb(std::string_view s, std::size_t& out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
 
 }  // namespace
 
@@ -47,22 +38,14 @@ std::vector<PoolQuota> parse_pools(std::string_view text) {
     throw InvalidInput("expected [NAME:MiB,...], got '" + std::string(text) + "'");
   std::string_view body = text.substr(1, text.size() - 2);
   std::vector<PoolQuota> out;
-  std::size_t start = 0;
-  while (start <= body.size()) {
-    std::size_t comma = body.find(',', start);
-    std::string_view entry = trim(body.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    start = comma == std::string_view::npos ? body.size() + 1 : comma + 1;
-    std::size_t colon = entry.find(':');
-    if (colon == std::string_view::npos)
-      throw InvalidInput("entry '" + std::string(entry) + "' is not NAME:MiB");
-    std::string_view name = trim(entry.substr(0, colon));
-    std::string_view mb_text = trim(entry.substr(colon + 1));
+  for (const detail::ListEntry& entry : detail::list_entries(body, "entry", "NAME:MiB")) {
+    const std::string_view name = entry.key;
+    const std::string_view mb_text = entry.value;
     if (!valid_pool_name(name))
       throw InvalidInput("'" + std::string(name) +
                          "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
     std::size_t mb = 0;
-    if (!parse_mb(mb_text, mb) || mb == 0 || mb > kMaxMb)
+    if (!detail::parse_uint(mb_text, mb) || mb == 0 || mb > kMaxMb)
       throw InvalidInput("pool " + std::string(name) + ": quota '" + std::string(mb_text) +
                          "' is not a whole number of MiB > 0");
     for (const auto& p : out)
