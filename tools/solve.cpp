@@ -87,11 +87,7 @@ void write_json(const std::string& path, const plan::Problem& problem, const pla
 
 void write_output(const std::string& path, const plan::Problem& problem,
                   const plan::SolveResult& result) {
-  auto ends_with = [&](const char* ext) {
-    std::string e = ext;
-    return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0;
-  };
-  if (ends_with(".json")) {
+  if (path.ends_with(".json")) {
     write_json(path, problem, *result.plan, result);
   } else {
     std::ofstream out(path);
@@ -102,12 +98,7 @@ void write_output(const std::string& path, const plan::Problem& problem,
 }
 
 int run_solve(const SolveArgs& args) {
-  auto ends_with = [&](const char* ext) {
-    std::string e = ext;
-    return args.output.size() >= e.size() &&
-           args.output.compare(args.output.size() - e.size(), e.size(), e) == 0;
-  };
-  if (!args.output.empty() && !ends_with(".csv") && !ends_with(".json"))
+  if (!args.output.empty() && !args.output.ends_with(".csv") && !args.output.ends_with(".json"))
     throw InvalidInput("--output " + args.output + ": the name must end in .csv or .json");
   if (!(args.time_limit > 0)) throw InvalidInput("--time-limit must be positive");
   check_input_file(args.file, "problem file");

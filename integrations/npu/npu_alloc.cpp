@@ -25,6 +25,7 @@
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/device/acl.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "npu_conf.hpp"
@@ -64,18 +65,12 @@ std::string setting(const config::Built& b, const std::string& key) {
   return "";
 }
 
-std::string trim_double(double d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", d);
-  return buf;
-}
-
 void build_slot(Slot& s, int index) {
   try {
     npu::ConfText conf = npu::conf_from_env();
     config::Config config = config::parse_config(conf.text);
     if (double f = s.fraction.load(); f > 0.0)
-      config.values["per_process_memory_fraction"] = trim_double(f);
+      config.values["per_process_memory_fraction"] = core::format_double(f);
     config::Built b = config::build(config, device::make_acl_device(index));
     s.allocator = b.allocator;
     monitor::PoolInfo info;

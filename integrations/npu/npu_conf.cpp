@@ -4,15 +4,12 @@
 #include <vector>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 
 namespace modelmem::npu {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using core::trim;
 
 // torch_npu and PyTorch keys modelmem does not take, and what to use instead.
 struct Refused {

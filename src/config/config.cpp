@@ -38,7 +38,6 @@ using detail::kMaxMb;
 using detail::kMiB;
 using detail::parse_uint;
 using detail::preset;
-using detail::trim_double;
 
 using core::trim;
 
@@ -556,7 +555,7 @@ Config parse_config(std::string_view text) {
   check_combinations(c);
   // Effective values that depend on other keys.
   if (c.has("model_type") && !c.has("safety_factor"))
-    c.values["safety_factor"] = trim_double(preset(c.get("model_type")).factor);
+    c.values["safety_factor"] = core::format_double(preset(c.get("model_type")).factor);
   if (c.has("plan") && !c.has("safety_factor")) c.values["safety_factor"] = "1.0";
   return c;
 }
@@ -573,12 +572,6 @@ const Preset& preset(const std::string& name) {
   for (const auto& p : kPresets)
     if (name == p.name) return p;
   bad("model_type", "unknown preset '" + name + "'");
-}
-
-std::string trim_double(double d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", d);
-  return buf;
 }
 
 }  // namespace detail

@@ -16,6 +16,7 @@
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/device/acl.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -31,7 +32,6 @@ namespace {
 using detail::bad;
 using detail::kMiB;
 using detail::preset;
-using detail::trim_double;
 
 // One line per distinct warning per process, as PyTorch's TORCH_WARN_ONCE does per call site.
 void warn_once(const std::string& text) {
@@ -83,7 +83,7 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     double mb = std::floor(static_cast<double>(p.base_mb) * factor);
     s.bytes = static_cast<std::size_t>(mb) * kMiB;
     s.source = "model_type:" + c.get("model_type") + ": " + std::to_string(p.base_mb) + " MiB x " +
-               trim_double(factor);
+               core::format_double(factor);
   } else if (c.has("plan")) {
     const std::string path = c.get("plan");
     plan::PlanSizes plan = plan::read_plan_sizes(path);
@@ -93,7 +93,7 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     s.bytes = static_cast<std::size_t>(bytes);
     if (s.bytes == 0) bad("plan", path + ": arena_bytes + weights_bytes is 0, no pool to size");
     s.source = "plan:" + path + ": arena " + format_bytes(plan.arena_bytes) + " + weights " +
-               format_bytes(plan.weights_bytes) + " x " + trim_double(factor);
+               format_bytes(plan.weights_bytes) + " x " + core::format_double(factor);
   } else {
     if (c.get("device") == "host" && dev.name().rfind("host", 0) == 0)
       throw InvalidInput(
@@ -103,8 +103,8 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     std::size_t total = dev.memory_info().total;
     s.bytes = static_cast<std::size_t>(std::floor(static_cast<double>(total) * fraction));
     s.bytes -= s.bytes % kMiB;
-    s.source = "per_process_memory_fraction " + trim_double(fraction) + " of " + dev.name() + " (" +
-               format_bytes(total) + ")";
+    s.source = "per_process_memory_fraction " + core::format_double(fraction) + " of " +
+               dev.name() + " (" + format_bytes(total) + ")";
   }
   // Blocks are 256-byte aligned; a pool that is not is rounded up rather than silently shrunk.
   s.bytes = checked_align_up(s.bytes, 256, "static pool size");
@@ -114,7 +114,7 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
   if (static_cast<double>(s.bytes) > cap)
     throw InvalidInput(
         "config: static pool of " + format_bytes_mib(s.bytes) + " (" + s.source + ") exceeds " +
-        (fraction < 1.0 ? "per_process_memory_fraction " + trim_double(fraction) + " of "
+        (fraction < 1.0 ? "per_process_memory_fraction " + core::format_double(fraction) + " of "
                         : std::string()) +
         dev.name() + "'s " + format_bytes(total));
   return s;

@@ -45,7 +45,4 @@ const Preset& preset(const std::string& name);
 /// build() for a Config with pools (pools.cpp).
 Built build_pools(const Config& config, device::DevicePtr base);
 
-/// `d` with the shortest "%g" spelling ("1.2", "1").
-std::string trim_double(double d);
-
 }  // namespace modelmem::config::detail

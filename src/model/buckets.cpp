@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/model/order.hpp"
 #include "modelmem/model/solve.hpp"
 
@@ -59,10 +60,8 @@ std::vector<std::int64_t> read_lengths(const std::string& path) {
   std::vector<std::int64_t> out;
   std::string line;
   for (std::size_t number = 1; std::getline(in, line); ++number) {
-    auto b = line.find_first_not_of(" \t\r");
-    if (b == std::string::npos || line[b] == '#') continue;
-    auto e = line.find_last_not_of(" \t\r");
-    std::string item = line.substr(b, e - b + 1);
+    const std::string item(core::trim(line, " \t\r"));
+    if (item.empty() || item.front() == '#') continue;
     std::int64_t v = 0;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (ec != std::errc() || p != item.data() + item.size() || v <= 0)

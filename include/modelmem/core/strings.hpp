@@ -1,6 +1,8 @@
-// Small string helpers shared by the parsers (config strings, CSV problems, traces).
+// Small string helpers shared by the parsers (config strings, CSV problems, traces) and the
+// messages that echo their values.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace modelmem::core {
@@ -11,5 +13,8 @@ constexpr std::string_view trim(std::string_view s, std::string_view chars = " \
   if (first == std::string_view::npos) return {};
   return s.substr(first, s.find_last_not_of(chars) - first + 1);
 }
+
+/// `d` in the shortest "%g" spelling: "1.2", "1", "0.05", "1e+20".
+std::string format_double(double d);
 
 }  // namespace modelmem::core
