@@ -15,7 +15,6 @@ CacheLimits g_cache_limits;
 std::uintptr_t g_cache_key = 0;
 pthread_key_t g_cache_exit;
 std::string* g_cache_off = nullptr;
-__thread ThreadCache t_cache __attribute__((tls_model("initial-exec")));
 std::atomic<std::uint64_t> g_cache_hits{0}, g_cache_misses{0}, g_cache_passed{0};
 
 void flush_cache_counters(ThreadCache& c) noexcept {

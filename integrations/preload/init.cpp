@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "cache_glue.hpp"
+#include "next_allocator.hpp"
 #include "report.hpp"
 #include "state.hpp"
 #include "strategy.hpp"
@@ -36,7 +37,14 @@ std::string* g_describe = nullptr;
 std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
 std::uint64_t g_served = 0;
 std::atomic<std::uint64_t> g_large_libc{0};
+// Every thread-local of the library (state.hpp, strategy.hpp, next_allocator.hpp,
+// cache_glue.hpp), defined together in this order: one TLS block laid out as one translation
+// unit lays it out, the small-block cache first, so the fields malloc and free touch share
+// cache lines the same way in every build.
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+__thread bool t_quota_refused __attribute__((tls_model("initial-exec"))) = false;
+__thread bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
+__thread ThreadCache t_cache __attribute__((tls_model("initial-exec")));
 
 namespace {
 

@@ -11,7 +11,6 @@ namespace modelmem::preload {
 NextAllocator g_next{};
 std::atomic<bool> g_next_ready{false};
 pthread_once_t g_next_once = PTHREAD_ONCE_INIT;
-__thread bool t_resolving __attribute__((tls_model("initial-exec"))) = false;
 
 namespace {
 

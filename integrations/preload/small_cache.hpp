@@ -85,8 +85,9 @@ inline CacheLimits cache_limits(std::size_t budget) noexcept {
 }
 
 /// One thread's cache. Trivially constructible and destructible, so it can live in
-/// initial-exec thread-local storage (reading it never allocates).
-struct ThreadCache {
+/// initial-exec thread-local storage (reading it never allocates). Aligned to a cache line, so
+/// which of its bins share a line does not depend on what else the TLS block holds.
+struct alignas(64) ThreadCache {
   struct Block {
     Block* next;
     std::uintptr_t key;

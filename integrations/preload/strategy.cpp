@@ -12,8 +12,6 @@
 
 namespace modelmem::preload {
 
-__thread bool t_quota_refused __attribute__((tls_model("initial-exec"))) = false;
-
 void* mm_allocate(std::size_t size) noexcept {
   Inside inside;
   std::lock_guard lock(g_mutex);
