@@ -24,17 +24,5 @@ for ((r = 0; r < rounds; r++)); do
     env ${c#*|} "$prog" 3 | sed "s/^/$name|/" >>"$out"
   done
 done
-python3 - "$out" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, rest = line.rstrip("\n").split("|")
-    pattern, ns = rest.split()
-    rows.setdefault(name, {}).setdefault(pattern, []).append(float(ns))
-patterns = ["burst64", "burst1k", "align64"]
-print("| allocator | " + " | ".join(patterns) + " |")
-print("|---|" + "---|" * len(patterns))
-for name, d in rows.items():
-    print(f"| {name} | " + " | ".join(f"{statistics.median(d[p]):.1f}" for p in patterns) + " |")
-PY
+python3 "$(dirname "$0")/pairs_table.py" "$out"
 rm -f "$out"

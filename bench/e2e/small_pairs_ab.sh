@@ -22,16 +22,4 @@ for ((r = 0; r < rounds; r++)); do
     done
   done
 done
-python3 - "$out" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, rest = line.rstrip("\n").split("|")
-    pattern, ns = rest.split()
-    rows.setdefault(name, {}).setdefault(pattern, []).append(float(ns))
-patterns = ["burst64", "burst1k", "align64"]
-print("| preload | " + " | ".join(patterns) + " |")
-print("|---|" + "---|" * len(patterns))
-for name in sorted(rows):
-    print(f"| {name} | " + " | ".join(f"{statistics.median(rows[name][p]):.1f}" for p in patterns) + " |")
-PY
+python3 "$(dirname "$0")/pairs_table.py" "$out" preload --sorted
