@@ -357,13 +357,30 @@ struct PlannedAllocator::Impl {
   Crossed auto_boundary(std::size_t rounded) {
     const detail::StepDetector::Seen seen = detector.observe(rounded, big_live);
     if (seen.replaced) {
-      plans.clear();  // plans of the wrong steps: the next step is planned afresh
-      pstats.plans_kept = 0;
-      consecutive_mismatches = 0;
+      drop_plans();                 // plans of the wrong steps: the next step is planned afresh
       next_try = pstats.steps + 2;  // the step open now was cut by the old period
     }
     pstats.period = detector.period();
     return seen.boundary ? boundary() : Crossed{};
+  }
+
+  // Automatic steps, and the program marks a step: its marks are the steps from now on. The open
+  // step and the plans of detected steps are dropped and the warm-up starts over, so marked
+  // steps are learnt exactly as with planned_steps:marked.
+  void follow_marks() {
+    options.auto_steps = in_step = plan_next_step = false;
+    log.clear();
+    current_plan = kNoSlot;
+    drop_plans();
+    pstats.period = steps_begun = next_try = 0;
+    backoff = 1;
+    detector.restart();
+  }
+
+  void drop_plans() {
+    plans.clear();
+    pstats.plans_kept = 0;
+    consecutive_mismatches = 0;
   }
 
   void note_live(const void* ptr, const Live& l) {
@@ -516,6 +533,7 @@ void PlannedAllocator::trim() {
 
 std::string PlannedAllocator::describe() const {
   const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);  // the first step mark turns auto_steps off
   std::ostringstream out;
   out << "planned(steps=" << (m.options.auto_steps ? "auto" : "marked")
       << ", warmup_steps=" << m.options.warmup_steps
@@ -532,7 +550,7 @@ void PlannedAllocator::begin_step() {
   emit_mark("step_begin");
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  if (m.options.auto_steps) return;
+  if (m.options.auto_steps) m.follow_marks();
   m.finish_step();
   m.start_step();
 }
@@ -541,7 +559,7 @@ void PlannedAllocator::end_step() {
   emit_mark("step_end");
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  if (m.options.auto_steps) return;
+  if (m.options.auto_steps) m.follow_marks();
   m.finish_step();
 }
 

@@ -248,7 +248,8 @@ std::vector<KeySpec> core_keys() {
         "touch host pages when obtained, so a static pool costs no page faults later"},
        check_bool},
       {{"planned_steps", "auto", "auto | marked",
-        "planned: steps found from the repeating pattern, or marked by begin_step/end_step"},
+        "planned: steps found from the repeating pattern until the program marks one, or only "
+        "marked by begin_step/end_step"},
        check_steps},
       {{"planned_fallback", "caching", "direct | caching",
         "planned: what serves requests outside the plan (before the first plan, blocks that "

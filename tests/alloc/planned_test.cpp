@@ -476,6 +476,38 @@ TEST(PlannedArena, AutomaticStepsSurviveAShapeChange) {
   free_all(a, checker);
 }
 
+TEST(PlannedArena, AutomaticStepsFollowTheProgramsMarksOnceItMarksOne) {
+  Fixture f;
+  auto steps = split_steps(read_trace(trace_path("torch_resnet50")));
+  std::size_t next = 1u << 20;
+  std::vector<std::vector<TraceEvent>> unmarked, marked;
+  for (int i = 0; i < 6; ++i) unmarked.push_back(renumber(steps[1], next));
+  for (int i = 0; i < 5; ++i) marked.push_back(renumber(steps[1], next));
+  PlannedOptions o = f.options();
+  o.auto_steps = true;
+  PlannedAllocator a(o);
+  EXPECT_NE(a.describe().find("steps=auto"), std::string::npos);
+  PatternChecker checker;
+  replay(a, unmarked, checker, /*marks=*/false, /*check=*/false);
+  const alloc::PlannedStats detected = a.planned_stats();
+  EXPECT_EQ(detected.period, allocs_in(steps[1]));  // found from the pattern first
+  // The program marks its steps from now on: one warm-up step, one learnt, then every one
+  // served whole from the arena.
+  replay(a, {marked[0], marked[1]}, checker, /*marks=*/true, /*check=*/false);
+  EXPECT_NE(a.describe().find("steps=marked"), std::string::npos) << a.describe();
+  const alloc::PlannedStats learnt = a.planned_stats();
+  EXPECT_EQ(learnt.period, 0u);
+  EXPECT_EQ(learnt.plans_kept, 1u);
+  EXPECT_EQ(learnt.plans_made, detected.plans_made + 1);
+  const std::size_t arenas = f.device->allocations();
+  replay(a, {marked[2], marked[3], marked[4]}, checker, /*marks=*/true, /*check=*/true, 64);
+  const alloc::PlannedStats served = a.planned_stats();
+  EXPECT_EQ(served.hits - learnt.hits, 3 * allocs_in(steps[1]));
+  EXPECT_EQ(served.misses, learnt.misses);
+  EXPECT_EQ(f.device->allocations(), arenas);  // no device call in a served step
+  free_all(a, checker);
+}
+
 TEST(PlannedArena, BiggerPlanKeepsOldArenaUntilItsBlocksReturn) {
   Fixture f;
   PlannedOptions o = f.options();

@@ -44,7 +44,9 @@ struct PlannedOptions {
   /// Plans kept at once (one per input shape); the least recently used one is dropped.
   std::size_t max_plans = 4;
   /// Find step boundaries from the repeating pattern of request sizes (plan::detect_period)
-  /// instead of marks.
+  /// until the program marks a step: its first begin_step() or end_step() turns this off, drops
+  /// the plans of detected steps and learns the marked steps as if it had been false (warm-up
+  /// included).
   bool auto_steps = false;
   /// Shortest period accepted by the automatic detection (in requests).
   std::size_t min_period = 4;
