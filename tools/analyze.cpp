@@ -41,14 +41,7 @@ void setup(CLI::App& app, int& exit_code) {
     trace::Analysis a = trace::analyze(t, args->options);
     const auto sites = trace::allocation_sites(t);  // snapshot frames, MemoryLogger stacks
     if (args->json) {
-      nlohmann::json j = trace::to_json(a);
-      j["sites"] = nlohmann::json::array();
-      for (const auto& s : sites)
-        j["sites"].push_back({{"site", s.site},
-                              {"allocs", s.allocs},
-                              {"bytes", s.bytes},
-                              {"live_at_end", s.live_at_end}});
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", trace::to_json(a, sites).dump(2).c_str());
     } else {
       std::fputs(trace::to_text(a).c_str(), stdout);
       std::fputs(trace::sites_text(sites).c_str(), stdout);

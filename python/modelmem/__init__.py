@@ -13,8 +13,8 @@ from ._errors import (ConfigError, CudaAllocatorUnavailable, Error, InvalidInput
                       UnsupportedError)
 from . import _modelmem
 from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Plan,
-                        PlannedTensor, Pool, StepStats, Trace, TraceRecording, config, config_keys,
-                        info, info_report, plan, pool, solve,
+                        PlannedTensor, Pool, StepStats, Trace, TraceRecording, config,
+                        config_keys, config_report, info, info_report, plan, pool, solve,
                         solver_names)
 
 __version__ = "0.1.0"
@@ -24,7 +24,7 @@ __all__ = [
     "CudaAllocatorUnavailable", "Error", "InvalidInputError", "MemoryLogger",
     "NpuAllocatorUnavailable", "OutOfMemoryError", "Plan", "PlannedTensor", "Pool",
     "QuotaExceededError", "StepStats", "Trace", "TraceRecording", "UnsupportedError", "config",
-    "config_keys", "info", "info_report", "plan", "pool", "solve", "solver_names", "torch",
+    "config_keys", "config_report", "info", "info_report", "plan", "pool", "solve", "solver_names", "torch",
 ]
 
 

@@ -7,6 +7,7 @@
 
 #include "common.hpp"
 #include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/reader.hpp"
@@ -26,6 +27,15 @@ py::dict config_dict(const std::string& text) {
   py::dict d;
   for (const auto& [k, v] : c.values) d[py::str(k)] = v;
   return d;
+}
+
+// What `modelmem config STRING` prints, by the library's own report.
+std::string config_report(const std::string& text) {
+  try {
+    return config::config_report(text, "the argument");
+  } catch (const InvalidInput& e) {
+    raise("ConfigError", e.what());
+  }
 }
 
 // What `modelmem info` prints (format "table", "json" or "prometheus"), through the library's
@@ -79,6 +89,11 @@ naming the key for an unknown key or a bad value.)");
         return out;
       },
       "Every configuration key with its default, accepted values and meaning.");
+  m.def("config_report", &config_report, py::arg("config"),
+        R"(What `modelmem config CONFIG` prints: every key's effective value (* = given), the stack
+the string builds, the virtual-memory probe, the fallback taken and the allocator. Raises
+ConfigError naming the key for a bad string; the factory's refusals (UnsupportedError,
+OutOfMemoryError, InvalidInputError) as their classes.)");
   m.def("info", &info, py::arg("devices") = false,
         R"(The processes and pools the monitor sees: the "processes" of `modelmem info --json`, a
 list of dicts with pid, process, command, segment, updates, ... and pools (pool, device, strategy,

@@ -135,7 +135,8 @@ void bind_traces(py::module_& m) {
           "top allocation sites, most bytes first")
       .def_property_readonly("skipped", [](const PyAnalysis& h) { return h.analysis.skipped; })
       .def(
-          "to_dict", [](const PyAnalysis& h) { return json_to_python(trace::to_json(h.analysis)); },
+          "to_dict",
+          [](const PyAnalysis& h) { return json_to_python(trace::to_json(h.analysis, h.sites)); },
           "The analysis as `modelmem analyze --json` prints it.")
       .def("__str__",
            [](const PyAnalysis& h) {

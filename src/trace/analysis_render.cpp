@@ -159,4 +159,15 @@ nlohmann::json to_json(const Analysis& a) {
   return j;
 }
 
+nlohmann::json to_json(const Analysis& analysis, const std::vector<AllocationSite>& sites) {
+  nlohmann::json j = to_json(analysis);
+  j["sites"] = nlohmann::json::array();
+  for (const auto& s : sites)
+    j["sites"].push_back({{"site", s.site},
+                          {"allocs", s.allocs},
+                          {"bytes", s.bytes},
+                          {"live_at_end", s.live_at_end}});
+  return j;
+}
+
 }  // namespace modelmem::trace

@@ -202,6 +202,16 @@ except KeyboardInterrupt:
     assert float(out.split()[2]) < 15, out
 
 
+def test_config_report_is_what_the_cli_prints():
+    for text in ["strategy:caching,max_split_size_mb:64", "strategy:planned", ""]:
+        cli = subprocess.run([CLI, "config", text], capture_output=True, text=True, check=True)
+        assert modelmem.config_report(text) == cli.stdout
+    assert "| `strategy` |" in subprocess.run([CLI, "config", "--keys"], capture_output=True,
+                                              text=True, check=True).stdout
+    with pytest.raises(modelmem.ConfigError, match="max_split_size_mb"):
+        modelmem.config_report("max_split_size_mb:abc")
+
+
 def test_info_lists_processes():
     procs = modelmem.info()
     assert isinstance(procs, list)

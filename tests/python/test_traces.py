@@ -30,6 +30,13 @@ def test_load_analyze_replay_export_a_shared_trace(tmp_path):
     assert len(modelmem.Trace.load(str(tmp_path / "t.csv"))) == len(t)
 
 
+def test_to_dict_is_what_analyze_json_prints():
+    path = shared_trace("torch_resnet50.events.csv")
+    cli = json.loads(run_cli("analyze", path, "--json").stdout)
+    mine = modelmem.Trace.load(path).analyze().to_dict()
+    assert "sites" in mine and mine == cli
+
+
 def test_trace_bad_input(tmp_path):
     with pytest.raises(modelmem.InvalidInputError, match="no such trace file"):
         modelmem.Trace.load("/nonexistent/trace.csv")

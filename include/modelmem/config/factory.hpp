@@ -54,4 +54,13 @@ Built build(const Config& config, device::DevicePtr base);
 /// parse_config(getenv("MODELMEM_ALLOC_CONF") or "") then build.
 Built build_from_env();
 
+/// What `modelmem config` prints (and Python's modelmem.config_report returns) for a
+/// configuration string: every key's effective value (* = given), the stack built from it, the
+/// probe's result, the fallback taken and the allocator. The stack is built first, so a string
+/// the parser or the factory rejects throws before any text exists. `from` says where the string
+/// came from ("the argument", "MODELMEM_ALLOC_CONF").
+std::string config_report(const std::string& text, const std::string& from);
+/// `modelmem config --keys`: every key as a Markdown table (key, default, values, meaning).
+std::string keys_markdown();
+
 }  // namespace modelmem::config

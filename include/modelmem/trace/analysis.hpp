@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "modelmem/plan/period.hpp"
+#include "modelmem/trace/snapshot.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
@@ -141,6 +142,9 @@ Analysis analyze_file(const std::filesystem::path& path, const ReadOptions& read
 /// The report `modelmem analyze` prints, and its `--json` form (docs/trace-format.md).
 std::string to_text(const Analysis& analysis);
 nlohmann::json to_json(const Analysis& analysis);
+/// `modelmem analyze --json` in full: to_json(analysis) with the allocation sites of the trace
+/// (allocation_sites, snapshot.hpp) under "sites"; Python's Analysis.to_dict() is the same.
+nlohmann::json to_json(const Analysis& analysis, const std::vector<AllocationSite>& sites);
 
 /// High-water mark of a best-fit, coalescing pool with `alignment` replaying the blocks in
 /// order (frees of unknown blocks ignored). This is what a static pool of that policy needs.
