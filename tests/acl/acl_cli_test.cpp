@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/command.hpp"
+
 namespace {
 
 struct Result {
@@ -26,14 +28,10 @@ Result run(const std::string& env, const std::string& args) {
   const std::string cmd =
       "env MODELMEM_MONITOR=0 MODELMEM_ACL_LIBRARY=" + std::string(MODELMEM_EMULATED_ACL) + " " +
       env + " " + MODELMEM_CLI + " " + args + " 2>" + err_file;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
+  const modelmem::testing::CommandResult c = modelmem::testing::run_command(cmd);
+  Result r{c.code, c.out, ""};
   char buf[4096];
   std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (FILE* f = std::fopen(err_file.c_str(), "r")) {
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.err.append(buf, n);
     std::fclose(f);

@@ -7,25 +7,15 @@
 #include <filesystem>
 #include <string>
 
+#include "support/command.hpp"
+
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using CliResult = modelmem::testing::CommandResult;  // out: stdout and stderr together
 
 CliResult run_config(const std::string& args) {
-  const std::string bin = std::string(MODELMEM_BINARY_DIR) + "/modelmem";
-  CliResult r;
-  std::string cmd = bin + " config " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return modelmem::testing::run_command(std::string(MODELMEM_BINARY_DIR) + "/modelmem config " +
+                                        args + " 2>&1");
 }
 
 class ConfigCli : public ::testing::Test {

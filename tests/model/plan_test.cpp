@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <unistd.h>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/model/solve.hpp"
+#include "support/command.hpp"
 
 namespace modelmem::model {
 namespace {
@@ -37,20 +37,11 @@ std::filesystem::path temp_dir() {
   return dir;
 }
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
+using CmdResult = testing::CommandResult;
+
+// `command` with its standard error in `out` too.
 CmdResult run(const std::string& command) {
-  CmdResult r{-1, ""};
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing::run_command(command + " 2>&1");
 }
 
 struct Case {

@@ -21,6 +21,7 @@
 #include "modelmem/monitor/reader.hpp"
 #include "modelmem/monitor/segment.hpp"
 #include "modelmem/monitor/system.hpp"
+#include "support/command.hpp"
 
 extern char** environ;
 
@@ -98,16 +99,9 @@ struct CliRun {
 };
 
 CliRun run_cli(const std::string& args) {
-  CliRun r;
-  std::string cmd = std::string(MODELMEM_CLI) + " " + args + " 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  modelmem::testing::CommandResult c =
+      modelmem::testing::run_command(std::string(MODELMEM_CLI) + " " + args + " 2>/dev/null");
+  return {c.code, std::move(c.out)};
 }
 
 const json* find_pool(const json& process, const std::string& name) {
@@ -675,14 +669,7 @@ TEST(Info, RejectsBadArguments) {
 // ---- `modelmem top`, driven in tmux like a user would ----
 
 std::string sh(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
+  return modelmem::testing::run_command(cmd).out;
 }
 
 TEST(Top, ShowsTheChildsPoolsIn80x24AndQuitsOnQ) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "plan/brute_force.hpp"
 
 using namespace modelmem;
 using namespace modelmem::plan;
@@ -30,29 +31,7 @@ Problem tiny_problem(std::mt19937_64& rng, int max_buffers, bool aligned) {
   return p;
 }
 
-// Exhaustive: does every buffer get an aligned offset within `arena` without overlaps?
-bool fits(const Problem& p, std::size_t arena, std::size_t k, std::vector<std::size_t>& off) {
-  if (k == p.buffers.size()) return true;
-  const Buffer& b = p.buffers[k];
-  if (b.size > arena) return false;
-  for (std::size_t o = 0; o + b.size <= arena; o += b.alignment) {
-    bool ok = true;
-    for (std::size_t j = 0; j < k && ok; ++j) {
-      const Buffer& c = p.buffers[j];
-      if (b.overlaps_in_time(c) && o < off[j] + c.size && off[j] < o + b.size) ok = false;
-    }
-    if (!ok) continue;
-    off[k] = o;
-    if (fits(p, arena, k + 1, off)) return true;
-  }
-  return false;
-}
-
-std::size_t brute_force_optimum(const Problem& p) {
-  std::vector<std::size_t> off(p.buffers.size());
-  for (std::size_t arena = lower_bound(p);; ++arena)
-    if (fits(p, arena, 0, off)) return arena;
-}
+using modelmem::plan::testing::brute_force_optimum;
 
 SolveOptions quick(double seconds = 5) {
   SolveOptions o;
