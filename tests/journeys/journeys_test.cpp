@@ -72,6 +72,17 @@ std::vector<std::string> environment(const std::vector<std::string>& extra,
   return env;
 }
 
+// In a forked child: becomes argv[0] with `env` as its whole environment (exit 127 if it cannot).
+[[noreturn]] void exec(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<char*> a, v;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
+  v.push_back(nullptr);
+  execve(a[0], a.data(), v.data());
+  _exit(127);
+}
+
 // Runs argv to completion with stdout and stderr captured, and its minor faults and time.
 Result run(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {}) {
   static int n = 0;
@@ -87,13 +98,7 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
     dup2(o, 1);
     dup2(e, 2);
     dup2(in, 0);
-    std::vector<char*> a, v;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
-    v.push_back(nullptr);
-    execve(a[0], a.data(), v.data());
-    _exit(127);
+    exec(argv, env);
   }
   Result r;
   int status = 0;
@@ -209,13 +214,7 @@ Waiting start_waiting(const std::vector<std::string>& argv) {
     dup2(out[1], 1);
     close(in[1]);
     close(out[0]);
-    std::vector<char*> a, v;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
-    v.push_back(nullptr);
-    execve(a[0], a.data(), v.data());
-    _exit(127);
+    exec(argv, env);
   }
   close(in[0]);
   close(out[1]);
