@@ -36,13 +36,7 @@ void setup(CLI::App& app, int& exit_code) {
 #endif
     monitor::MachineView v = monitor::look(so, /*devices=*/true);
     std::string format = opts->json ? "json" : opts->format;
-    if (format == "json") {
-      std::fputs(monitor::info_json(v).c_str(), stdout);
-    } else if (format == "prometheus") {
-      std::fputs(monitor::info_prometheus(v).c_str(), stdout);
-    } else {
-      std::fputs(monitor::info_table(v).c_str(), stdout);
-    }
+    std::fputs(monitor::info_report(v, format).c_str(), stdout);
     if (format != "json") {
       for (const auto& s : v.scan.stale) {
         std::string who = s.process_name.empty() ? "" : " (" + s.process_name + ")";

@@ -21,6 +21,9 @@ void register_errors(py::module_& m);
 /// Raises modelmem.<cls>(message) (e.g. "ConfigError").
 [[noreturn]] void raise(const char* cls, const std::string& message);
 
+/// A JSON text as Python objects (json.loads).
+py::object json_loads(const std::string& text);
+
 /// torch.cuda.memory_stats() style dict ("allocated_bytes.all.current", ...).
 py::dict stats_dict(const alloc::Stats& stats);
 

@@ -101,4 +101,8 @@ void run_interruptible(const std::function<void()>& f) {
   if (interrupted) throw py::error_already_set();  // PyErr_CheckSignals set KeyboardInterrupt
 }
 
+py::object json_loads(const std::string& text) {
+  return py::module_::import("json").attr("loads")(text);
+}
+
 }  // namespace modelmem::python

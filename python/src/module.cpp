@@ -41,9 +41,6 @@ std::string config_report(const std::string& text) {
 // What `modelmem info` prints (format "table", "json" or "prometheus"), through the library's
 // own view and renderers: the CLI and the package show the same.
 std::string info_report(const std::string& format, bool devices, std::optional<std::int64_t> pid) {
-  if (format != "table" && format != "json" && format != "prometheus")
-    raise("InvalidInputError",
-          "info format '" + format + "': expected \"table\", \"json\" or \"prometheus\"");
   monitor::publish_now();  // this process's own pools as they are now
   monitor::MachineView view;
   {
@@ -52,15 +49,12 @@ std::string info_report(const std::string& format, bool devices, std::optional<s
     options.pid = pid;
     view = monitor::look(options, devices);
   }
-  if (format == "json") return monitor::info_json(view);
-  if (format == "prometheus") return monitor::info_prometheus(view);
-  return monitor::info_table(view);
+  return monitor::info_report(view, format);
 }
 
 // The processes of `modelmem info --json`, as Python objects.
-py::object info(bool devices) {
-  return py::module_::import("json").attr("loads")(
-      info_report("json", devices, std::nullopt))["processes"];
+py::object info() {
+  return json_loads(info_report("json", false, std::nullopt))["processes"];
 }
 
 }  // namespace
@@ -94,11 +88,10 @@ naming the key for an unknown key or a bad value.)");
 the string builds, the virtual-memory probe, the fallback taken and the allocator. Raises
 ConfigError naming the key for a bad string; the factory's refusals (UnsupportedError,
 OutOfMemoryError, InvalidInputError) as their classes.)");
-  m.def("info", &info, py::arg("devices") = false,
+  m.def("info", &info,
         R"(The processes and pools the monitor sees: the "processes" of `modelmem info --json`, a
 list of dicts with pid, process, command, segment, updates, ... and pools (pool, device, strategy,
-budget, reserved, allocated, peak_allocated, ...). This process's own pools are published first.
-devices=True also asks the accelerators (it does not change what is returned).)");
+budget, reserved, allocated, peak_allocated, ...). This process's own pools are published first.)");
   m.def("info_report", &info_report, py::arg("format") = "table", py::arg("devices") = true,
         py::arg("pid") = py::none(),
         R"(What `modelmem info` prints: format "table" (the default), "json" or "prometheus";

@@ -23,7 +23,7 @@ namespace modelmem::python {
 namespace {
 
 py::object json_to_python(const nlohmann::json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return json_loads(j.dump());
 }
 
 std::ofstream open_out(const std::string& path) {

@@ -138,6 +138,19 @@ TEST(InfoPrometheus, EscapesLabelValues) {
   EXPECT_NE(text.find("we\\\"ird\\\\name"), std::string::npos) << text;
 }
 
+TEST(InfoReport, PicksTheRenderingByNameAndRefusesOthers) {
+  const MachineView v = view_of({process(5, {pool("enc", kMiB, 1, 1, 1)})});
+  EXPECT_EQ(info_report(v, "json"), info_json(v));
+  EXPECT_EQ(info_report(v, "prometheus"), info_prometheus(v));
+  EXPECT_NE(info_report(v, "table").find("enc"), std::string::npos);
+  try {
+    info_report(v, "yaml");
+    ADD_FAILURE() << "yaml accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("info format 'yaml'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TopFrame, FitsTheTerminalAndSaysWhatItLeftOut) {
   std::vector<PoolSnapshot> pools;
   for (int i = 0; i < 30; ++i)

@@ -18,6 +18,8 @@ std::string info_table(const MachineView& view);
 std::string info_json(const MachineView& view);
 /// `modelmem info --format prometheus`: the text exposition format, version 0.0.4.
 std::string info_prometheus(const MachineView& view);
+/// One of the three by name: "table", "json" or "prometheus" (InvalidInput for another).
+std::string info_report(const MachineView& view, const std::string& format);
 
 /// What one frame of `modelmem top` shows.
 struct TopFrame {

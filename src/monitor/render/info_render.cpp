@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "modelmem/core/bytes.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/monitor/render.hpp"
 #include "render_internal.hpp"
 
@@ -118,6 +119,14 @@ std::string label_escape(const std::string& s) {
 
 std::string info_json(const MachineView& v) {
   return to_json_value(v).dump(2) + "\n";
+}
+
+std::string info_report(const MachineView& v, const std::string& format) {
+  if (format == "table") return info_table(v);
+  if (format == "json") return info_json(v);
+  if (format == "prometheus") return info_prometheus(v);
+  throw InvalidInput("info format '" + format +
+                     "': expected \"table\", \"json\" or \"prometheus\"");
 }
 
 std::string info_prometheus(const MachineView& v) {
