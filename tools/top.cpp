@@ -79,10 +79,10 @@ int run_top(double interval, std::string sort, long iterations) {
   Terminal term;
   term.enter(interactive);
   monitor::PoolRates rates;
-  for (long frame_no = 0; iterations <= 0 || frame_no < iterations; ++frame_no) {
 #ifdef MODELMEM_HAVE_CUDA
-    monitor::register_cuda_memory_query();
+  monitor::register_cuda_memory_query();
 #endif
+  for (long frame_no = 0; iterations <= 0 || frame_no < iterations; ++frame_no) {
     monitor::ScanOptions so;
     so.clean_stale = false;  // top only looks; info cleans
     so.max_wait_us = 5000;

@@ -37,7 +37,8 @@ MachineView look(const ScanOptions& options, bool devices) {
   MachineView v;
   v.host = read_host_memory();
   if (devices) {
-    register_device_memory_query("npu", &query_npu_memory);
+    static const bool registered = (register_device_memory_query("npu", &query_npu_memory), true);
+    (void)registered;
     v.devices = query_device_memory(v.device_notes);
     v.npu = device::acl_availability();
   }
