@@ -1,4 +1,5 @@
-// The small-block cache's state, its start (which allocator is next, the thread-exit hook, the
+// The small-block cache's shared state (its per-thread cache, t_cache, is defined with the other
+// thread-locals in init.cpp), its start (which allocator is next, the thread-exit hook, the
 // double-free key) and its thread-exit drain (see cache_glue.hpp).
 #include "cache_glue.hpp"
 

@@ -26,7 +26,7 @@ extern CacheLimits g_cache_limits;
 extern std::uintptr_t g_cache_key;  // marks blocks in a cache (double-free check)
 extern pthread_key_t g_cache_exit;  // its destructor drains an exiting thread's cache
 extern std::string* g_cache_off;    // why the cache is off, for the report
-extern __thread ThreadCache t_cache __attribute__((tls_model("initial-exec")));
+extern __thread ThreadCache t_cache __attribute__((tls_model("initial-exec")));  // init.cpp
 // Counters of threads whose caches flushed them (exited, or every 64 Ki requests).
 extern std::atomic<std::uint64_t> g_cache_hits, g_cache_misses, g_cache_passed;
 
@@ -47,7 +47,6 @@ inline bool cached_request(std::size_t size) noexcept {
 }
 
 // A small block from this thread's cache, or from the next allocator for the whole class size
-
 // (so that it returns to the same class). `alignment` <= kCacheAlign.
 __attribute__((always_inline)) inline void* cache_allocate(std::size_t size,
                                                            std::size_t alignment) noexcept {
