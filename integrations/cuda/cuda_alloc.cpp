@@ -21,6 +21,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/config/publish.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
 #include "modelmem/monitor/publisher.hpp"
@@ -46,13 +47,6 @@ Slot* slots() {
   return s;
 }
 
-std::string setting(const config::Built& b, const std::string& key) {
-  for (const auto& [k, v] : b.settings) {
-    if (k == key) return v;
-  }
-  return "";
-}
-
 void build_slot(Slot& s, int index) {
   try {
     const char* env = std::getenv("MODELMEM_ALLOC_CONF");
@@ -60,16 +54,8 @@ void build_slot(Slot& s, int index) {
     config::Built b = config::build(config, device::make_cuda_device(index));
     s.allocator = b.allocator;
     s.describe = b.allocator->describe();
-    monitor::PoolInfo info;
-    const char* name = std::getenv("MODELMEM_POOL_NAME");
-    info.name = name != nullptr && *name ? name : "pytorch";
-    info.device = "cuda:" + std::to_string(index);
-    std::string strategy = setting(b, "strategy");
-    info.strategy = strategy == "caching" && setting(b, "expandable_segments") == "True"
-                        ? "expandable"
-                        : strategy;
-    if (config.has("static_pool_mb")) info.budget = config.get_size("static_pool_mb");
-    s.registration = monitor::publish(s.allocator, info);
+    s.registration = monitor::publish(
+        s.allocator, config::pool_info(config, b, "pytorch", "cuda:" + std::to_string(index)));
     if (const char* v = std::getenv("MODELMEM_VERBOSE"); v != nullptr && *v == '1') {
       std::fprintf(stderr, "modelmem: cuda:%d: %s\n", index, s.describe.c_str());
     }

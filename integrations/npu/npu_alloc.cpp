@@ -24,6 +24,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/config/publish.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/device/acl.hpp"
@@ -59,12 +60,6 @@ bool verbose() {
   return v != nullptr && *v == '1';
 }
 
-std::string setting(const config::Built& b, const std::string& key) {
-  for (const auto& [k, v] : b.settings)
-    if (k == key) return v;
-  return "";
-}
-
 void build_slot(Slot& s, int index) {
   try {
     npu::ConfText conf = npu::conf_from_env();
@@ -73,16 +68,8 @@ void build_slot(Slot& s, int index) {
       config.values["per_process_memory_fraction"] = core::format_double(f);
     config::Built b = config::build(config, device::make_acl_device(index));
     s.allocator = b.allocator;
-    monitor::PoolInfo info;
-    const char* name = std::getenv("MODELMEM_POOL_NAME");
-    info.name = name != nullptr && *name ? name : "npu";
-    info.device = "npu:" + std::to_string(index);
-    const std::string strategy = setting(b, "strategy");
-    info.strategy = strategy == "caching" && setting(b, "expandable_segments") == "True"
-                        ? "expandable"
-                        : strategy;
-    if (config.has("static_pool_mb")) info.budget = config.get_size_mb("static_pool_mb");
-    s.registration = monitor::publish(s.allocator, info);
+    s.registration = monitor::publish(
+        s.allocator, config::pool_info(config, b, "npu", "npu:" + std::to_string(index)));
     if (verbose())
       std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index, conf.source.c_str(),
                    s.allocator->describe().c_str());

@@ -288,4 +288,10 @@ Built build_from_env() {
   return build(parse_config(env ? env : ""));
 }
 
+std::string Built::setting(const std::string& key) const {
+  for (const auto& [k, v] : settings)
+    if (k == key) return v;
+  return "";
+}
+
 }  // namespace modelmem::config

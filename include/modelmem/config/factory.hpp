@@ -40,6 +40,9 @@ struct Built {
   /// With pools: each pool (its quota and its allocator, also reachable through the
   /// allocator, a PoolRouter), in the order given.
   std::vector<alloc::NamedPool> pools;
+
+  /// The effective value of setting `key` ("" when the stack has none of that name).
+  std::string setting(const std::string& key) const;
 };
 
 /// Builds the stack. Prints the fallback warning once per process on stderr (each distinct
