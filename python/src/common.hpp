@@ -8,6 +8,7 @@
 #include <string>
 
 #include "modelmem/alloc/stats.hpp"
+#include "modelmem/config/config.hpp"
 #include "modelmem/plan/solver.hpp"
 
 namespace modelmem::python {
@@ -20,6 +21,9 @@ namespace py = pybind11;
 void register_errors(py::module_& m);
 /// Raises modelmem.<cls>(message) (e.g. "ConfigError").
 [[noreturn]] void raise(const char* cls, const std::string& message);
+
+/// config::parse_config, a bad string raised as modelmem.ConfigError (the message names the key).
+config::Config parse_config(const std::string& text);
 
 /// A JSON text as Python objects (json.loads).
 py::object json_loads(const std::string& text);

@@ -101,6 +101,14 @@ void run_interruptible(const std::function<void()>& f) {
   if (interrupted) throw py::error_already_set();  // PyErr_CheckSignals set KeyboardInterrupt
 }
 
+config::Config parse_config(const std::string& text) {
+  try {
+    return config::parse_config(text);
+  } catch (const InvalidInput& e) {
+    raise("ConfigError", e.what());
+  }
+}
+
 py::object json_loads(const std::string& text) {
   return py::module_::import("json").attr("loads")(text);
 }

@@ -18,12 +18,7 @@ namespace modelmem::python {
 namespace {
 
 py::dict config_dict(const std::string& text) {
-  config::Config c;
-  try {
-    c = config::parse_config(text);
-  } catch (const InvalidInput& e) {
-    raise("ConfigError", e.what());
-  }
+  const config::Config c = parse_config(text);
   py::dict d;
   for (const auto& [k, v] : c.values) d[py::str(k)] = v;
   return d;
@@ -86,8 +81,8 @@ naming the key for an unknown key or a bad value.)");
   m.def("config_report", &config_report, py::arg("config"),
         R"(What `modelmem config CONFIG` prints: every key's effective value (* = given), the stack
 the string builds, the virtual-memory probe, the fallback taken and the allocator. Raises
-ConfigError naming the key for a bad string; the factory's refusals (UnsupportedError,
-OutOfMemoryError, InvalidInputError) as their classes.)");
+ConfigError (an InvalidInputError) for a string the parser or the factory rejects as bad input,
+naming the key; UnsupportedError or OutOfMemoryError for the factory's other refusals.)");
   m.def("info", &info,
         R"(The processes and pools the monitor sees: the "processes" of `modelmem info --json`, a
 list of dicts with pid, process, command, segment, updates, ... and pools (pool, device, strategy,

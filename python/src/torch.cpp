@@ -95,13 +95,7 @@ void require_installed(const char* what) {
 }
 
 std::shared_ptr<alloc::Allocator> build_allocator(const std::string& text) {
-  config::Config c;
-  try {
-    c = config::parse_config(text);
-  } catch (const InvalidInput& e) {
-    raise("ConfigError", e.what());
-  }
-  return config::build(c).allocator;
+  return config::build(parse_config(text)).allocator;
 }
 
 struct CpuHandle {};  // the installed allocator is process-wide; the handle names it
