@@ -37,25 +37,7 @@ constexpr ColumnName kColumnNames[] = {
     {"gaps", Column::kIgnored},
 };
 
-/// Makes any text safe to show on one line of an error message.
-std::string printable(std::string_view s, std::size_t max_len = 60) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (out.size() >= max_len) {
-      out += "...";
-      break;
-    }
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return out;
-}
+using core::printable;
 
 using core::trim;
 

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/trace/pickle.hpp"
 
 namespace modelmem::trace {
@@ -222,8 +223,9 @@ class Converter {
         else if (a == "snapshot" || a == "workspace_snapshot")
           entry.action = Action::kMark;
         else {
-          if (strict_) fail(where, fmt::format("unknown action '{}'", a.substr(0, 40)));
-          ++skipped_actions_[a.substr(0, 40)];
+          // The action is the file's text: shown on one line, whatever bytes it holds.
+          if (strict_) fail(where, fmt::format("unknown action '{}'", core::printable(a, 40)));
+          ++skipped_actions_[core::printable(a, 40)];
           continue;
         }
         const bool oom = entry.action == Action::kOom, mark = entry.action == Action::kMark;

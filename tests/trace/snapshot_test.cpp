@@ -262,6 +262,20 @@ TEST(Snapshot, WrongLayoutsAndFilesAreRefusedByName) {
   // By default, as a malformed trace line, it stops the reading.
   EXPECT_NE(error_of([&] { parse_snapshot(odd, "o"); }).find("unknown action 'junk'"),
             std::string::npos);
+  // The action is the file's text: a newline or other byte in it cannot break the one-line
+  // error or warning (found by fuzz_snapshot).
+  std::string broken = p4 +
+                       "}(\x8c\x0d"
+                       "device_traces"
+                       "](](}(\x8c\x06"
+                       "action\x8c\x04"
+                       "sn\n\x7f"
+                       "ueeu.";
+  const std::string message = error_of([&] { parse_snapshot(broken, "b"); });
+  EXPECT_NE(message.find("unknown action 'sn\\x0a\\x7f'"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(parse_snapshot(broken, "b", skip_bad).warnings.back(),
+            "b: skipped 1 entry of unknown action 'sn\\x0a\\x7f'");
 }
 
 TEST(Snapshot, VizShowsTheSiteOnHoverAndCsvKeepsIt) {
