@@ -43,7 +43,7 @@ if(MODELMEM_MINIMAL)
   set(MODELMEM_PC_LIBS "-lmodelmem_core")
   set(MODELMEM_PC_REQUIRES "")
 else()
-  set(MODELMEM_PC_LIBS "-lmodelmem_ext -lmodelmem_core -lonnx -lonnx_proto")
+  set(MODELMEM_PC_LIBS "-lmodelmem_ext -lmodelmem_core -lonnx -lonnx_proto -lyaml")
   set(MODELMEM_PC_REQUIRES "fmt protobuf nlohmann_json")
 endif()
 # Relocatable: the prefix is found from where the .pc file lies (${pcfiledir}), so a tree installed

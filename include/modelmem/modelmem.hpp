@@ -41,6 +41,8 @@
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/problem.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "modelmem/sizing/placement.hpp"
+#include "modelmem/sizing/requests.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "modelmem/trace/export.hpp"
 #include "modelmem/trace/recorder.hpp"

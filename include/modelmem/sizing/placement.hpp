@@ -1,0 +1,166 @@
+// Many models on many devices: each model's need, the devices (kinds with the memory and the
+// names Kubernetes schedulers give them), and a packing of every replica onto a device
+// (`modelmem place`). Exact for a few replicas, best-fit decreasing beyond; when no packing
+// exists, which replica does not fit where and by how much. The requests schedulers consume
+// are emitted from a Placement by modelmem/sizing/requests.hpp. Value types; no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "modelmem/model/plan_model.hpp"
+
+namespace modelmem::sizing {
+
+// ---- devices ----
+
+/// A static vNPU template of an Ascend chip (docs/fleet.md gives the sources): its memory as
+/// HAMi accounts it, its AI cores, and the Ascend device plugin's resource name for it.
+struct VnpuTemplate {
+  std::string name;      ///< "vir02"
+  std::size_t mib = 0;   ///< memory in MiB
+  int ai_cores = 0;      ///< AI cores
+  std::string resource;  ///< "huawei.com/Ascend910-2c"
+};
+
+/// An accelerator model and the names schedulers give it.
+struct DeviceKind {
+  std::string name;             ///< "910A", "910B3", "310P", "gpu"
+  bool ascend = false;          ///< Ascend NPU (torch_npu) or NVIDIA GPU (PyTorch CUDA)
+  std::size_t mib = 0;          ///< memory a scheduler hands out, MiB (0: must be given)
+  std::string hami_resource;    ///< "huawei.com/Ascend910A", "nvidia.com/gpu"
+  std::string hami_memory;      ///< "huawei.com/Ascend910A-memory", "nvidia.com/gpumem"
+  std::string plugin_resource;  ///< the whole device under the vendor's plugin
+  std::string dra_driver;       ///< the DRA driver a DeviceClass selects ("" : none assumed)
+  std::vector<VnpuTemplate> templates;  ///< smallest first; empty for GPUs
+};
+
+/// Every known kind, and one by name (case-insensitive); InvalidInput names the known ones.
+const std::vector<DeviceKind>& device_kinds();
+const DeviceKind& device_kind(const std::string& name);
+
+/// One device: where it is, its memory and its kind.
+struct Device {
+  std::string node;  ///< "" when the devices were given without nodes
+  int index = 0;     ///< its number on the node
+  std::size_t bytes = 0;
+  std::string kind;
+  std::string name() const;  ///< "3" or "node-a/3"
+};
+
+/// "8x64GiB" (GPUs of 64 GiB), "8x910A" (the kind's memory), "8x32GiB:910A", "2x8x910A"
+/// (two nodes node-0 and node-1 of 8 each); several groups separated by commas. InvalidInput
+/// for anything else.
+std::vector<Device> parse_devices(const std::string& spec);
+
+/// A YAML or JSON file: `nodes: [{name: N, devices: SPEC or [{kind, memory, count}]}]`.
+std::vector<Device> read_devices(const std::string& path);
+
+// ---- models ----
+
+/// One model to place, as the models file or the command's arguments give it.
+struct ModelSpec {
+  std::string name;  ///< unique: the pool's, the Deployment's and the container's name
+  std::string path;  ///< ONNX file
+  std::map<std::string, std::int64_t> dims;
+  std::string dtype = "fp32";
+  model::Runtime runtime = model::Runtime::kStatic;
+  int replicas = 1;
+  std::string image = "modelmem-serve:latest";  ///< container image in the emitted objects
+};
+
+/// A YAML or JSON file: `models: [{name, model, dims: {d: v}, dtype, runtime, replicas,
+/// image}]` (model is relative to the file). InvalidInput naming the file and the entry.
+std::vector<ModelSpec> read_models(const std::string& path);
+
+/// A name usable as a pool, a Kubernetes object and a container name: lower-case letters,
+/// digits and '-', at most 40 characters ("BERT_base.v2" -> "bert-base-v2").
+std::string object_name(const std::string& text);
+
+/// What one replica of a model needs on its device, and where the figure comes from.
+struct Need {
+  std::size_t weights = 0;
+  std::size_t activations = 0;  ///< the planned arena for the model's runtime
+  std::size_t bytes = 0;        ///< weights + activations
+  std::string basis;            ///< how it was computed, in words
+};
+
+/// The need of one replica: the one function every figure of the placement comes from.
+Need model_need(const ModelSpec& model);
+
+// ---- packing ----
+
+/// The packer on its own: sizes onto capacities. assignment[i] is the bin of item i, or -1.
+struct Packing {
+  std::vector<int> assignment;
+  bool exact = false;   ///< searched exhaustively (within the node budget)
+  bool proven = false;  ///< the search finished: nothing places more bytes on fewer devices
+  std::string method;   ///< in words
+};
+/// Exact branch and bound when items <= exact_limit (most bytes placed, then fewest devices
+/// used), best-fit decreasing otherwise (each item, largest first, onto the device it leaves
+/// with the least room).
+Packing pack(const std::vector<std::size_t>& items, const std::vector<std::size_t>& bins,
+             std::size_t exact_limit = 12);
+
+/// The vNPU template that holds `request` bytes on `device` (the smallest whose memory is at
+/// least the request), or nullptr when none does (a GPU, or more than the largest template:
+/// the replica then takes the whole device).
+const VnpuTemplate* vnpu_template(std::size_t request, const Device& device);
+
+struct PlaceOptions {
+  std::size_t exact_limit = 12;  ///< replicas up to which the packing is exact
+  bool templates = true;         ///< on Ascend, charge each replica its vNPU template
+  bool spread = true;            ///< replicas of one model on distinct devices
+};
+
+/// One replica and what its device is charged for it.
+struct Replica {
+  std::size_t model = 0;      ///< index into Placement::models
+  int number = 0;             ///< 0 .. replicas - 1
+  std::size_t request = 0;    ///< need rounded up to MiB: the request and the cap inside
+  std::size_t charge = 0;     ///< what the device's scheduler accounts (template or request)
+  std::string template_name;  ///< the vNPU template charged, "" for none / a whole device
+  int device = -1;            ///< index into Placement::devices, -1 when it found no room
+};
+
+/// A replica that found no room: the device with the most room left, and the shortfall.
+struct Shortfall {
+  std::size_t replica = 0;  ///< index into Placement::replicas
+  int device = -1;          ///< the device closest to holding it (-1: all hold its model)
+  std::size_t room = 0;     ///< room left on it
+  std::size_t short_by = 0;
+};
+
+struct Placement {
+  std::vector<ModelSpec> models;
+  std::vector<Need> needs;  ///< one per model
+  std::vector<Device> devices;
+  std::vector<Replica> replicas;
+  Packing packing;
+  std::vector<Shortfall> shortfalls;
+  std::vector<std::string> messages;  ///< one line per shortfall, for the report
+
+  bool fits() const { return shortfalls.empty(); }
+  std::size_t used(std::size_t device) const;  ///< charges of its replicas
+  long long headroom(std::size_t device) const;
+  std::string replica_name(std::size_t replica) const;  ///< "bert-1"
+};
+
+/// Needs every model (model_need), charges each replica, packs. InvalidInput for no models,
+/// no devices, duplicate names, replicas < 1, or a bad model.
+Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>& devices,
+                const PlaceOptions& options = {});
+/// As place(), with the needs given (one per model): what tests and callers with their own
+/// figures use.
+Placement place(const std::vector<ModelSpec>& models, const std::vector<Need>& needs,
+                const std::vector<Device>& devices, const PlaceOptions& options = {});
+
+/// The report `modelmem place` prints: each model's need, each device's replicas and
+/// headroom, and each replica that found no room.
+std::string render_text(const Placement& placement);
+
+}  // namespace modelmem::sizing

@@ -1,0 +1,333 @@
+// Device kinds, device lists and model lists of `modelmem place` (modelmem/sizing/placement.hpp).
+// The kinds' figures and names come from HAMi's Ascend device configuration, the MindCluster
+// static vNPU table and HAMi's GPU resources; docs/fleet.md cites each.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <set>
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/sizing/placement.hpp"
+#include "sizing/yaml_json.hpp"
+
+namespace modelmem::sizing {
+namespace {
+
+using nlohmann::json;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+const std::vector<DeviceKind>& device_kinds() {
+  static const std::vector<DeviceKind> kinds = {
+      {"910A",
+       true,
+       32768,
+       "huawei.com/Ascend910A",
+       "huawei.com/Ascend910A-memory",
+       "huawei.com/Ascend910",
+       "",
+       {{"vir02", 2184, 2, "huawei.com/Ascend910-2c"},
+        {"vir04", 4369, 4, "huawei.com/Ascend910-4c"},
+        {"vir08", 8738, 8, "huawei.com/Ascend910-8c"},
+        {"vir16", 17476, 16, "huawei.com/Ascend910-16c"}}},
+      {"910B3",
+       true,
+       65536,
+       "huawei.com/Ascend910B3",
+       "huawei.com/Ascend910B3-memory",
+       "huawei.com/Ascend910",
+       "",
+       {{"vir05_1c_16g", 16384, 5, "huawei.com/Ascend910-5c.1cpu.16g"},
+        {"vir10_3c_32g", 32768, 10, "huawei.com/Ascend910-10c.3cpu.32g"}}},
+      {"310P",
+       true,
+       21527,
+       "huawei.com/Ascend310P",
+       "huawei.com/Ascend310P-memory",
+       "huawei.com/Ascend310P",
+       "",
+       {{"vir01", 3072, 1, "huawei.com/Ascend310P-1c"},
+        {"vir02", 6144, 2, "huawei.com/Ascend310P-2c"},
+        {"vir04", 12288, 4, "huawei.com/Ascend310P-4c"}}},
+      {"gpu",
+       false,
+       0,
+       "nvidia.com/gpu",
+       "nvidia.com/gpumem",
+       "nvidia.com/gpu",
+       "gpu.nvidia.com",
+       {}},
+  };
+  return kinds;
+}
+
+const DeviceKind& device_kind(const std::string& name) {
+  std::string names;
+  for (const auto& k : device_kinds()) {
+    if (lower(k.name) == lower(name)) return k;
+    names += (names.empty() ? "" : ", ") + k.name;
+  }
+  throw InvalidInput(fmt::format("device kind '{}': unknown (known: {})", name, names));
+}
+
+std::string Device::name() const {
+  return node.empty() ? std::to_string(index) : fmt::format("{}/{}", node, index);
+}
+
+namespace {
+
+int parse_count(const std::string& text, const std::string& spec) {
+  if (text.empty() || text.size() > 5 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    throw InvalidInput(
+        fmt::format("--devices {}: '{}' is not a count (expected COUNTxSIZE, COUNTxKIND or "
+                    "COUNTxSIZE:KIND, such as 8x64GiB or 8x910A)",
+                    spec, text));
+  const int n = std::stoi(text);
+  if (n < 1 || n > 4096)
+    throw InvalidInput(fmt::format("--devices {}: count {} must be 1 to 4096", spec, n));
+  return n;
+}
+
+// One group: [NODESx]COUNTx(KIND | SIZE[:KIND]), on `node` when given (a devices file).
+void add_group(const std::string& group, const std::string& node, std::vector<Device>& out) {
+  std::vector<std::string> parts;
+  std::string rest = group;
+  for (std::size_t x; (x = rest.find_first_of("xX")) != std::string::npos && x > 0 &&
+                      std::isdigit(static_cast<unsigned char>(rest[x - 1])) &&
+                      std::all_of(rest.begin(), rest.begin() + static_cast<long>(x), [](char c) {
+                        return std::isdigit(static_cast<unsigned char>(c));
+                      });) {
+    parts.push_back(rest.substr(0, x));
+    rest = rest.substr(x + 1);
+  }
+  if (parts.empty() || parts.size() > 2 || rest.empty())
+    throw InvalidInput(fmt::format(
+        "--devices {}: expected COUNTxSIZE, COUNTxKIND or COUNTxSIZE:KIND (8x64GiB, 8x910A, "
+        "8x32GiB:910A), or NODESxCOUNTx... for several nodes",
+        group));
+  if (parts.size() == 2 && !node.empty())
+    throw InvalidInput(
+        fmt::format("devices {} of node {}: a node's devices have no node count", group, node));
+  const int nodes = parts.size() == 2 ? parse_count(parts[0], group) : 1;
+  const int count = parse_count(parts.back(), group);
+  std::string kind_name = "gpu";
+  std::string size = rest;
+  if (auto colon = rest.find(':'); colon != std::string::npos) {
+    size = rest.substr(0, colon);
+    kind_name = rest.substr(colon + 1);
+  } else if (std::any_of(device_kinds().begin(), device_kinds().end(),
+                         [&](const DeviceKind& k) { return lower(k.name) == lower(rest); })) {
+    kind_name = rest;
+    size.clear();
+  }
+  const DeviceKind& kind = device_kind(kind_name);
+  std::size_t bytes = 0;
+  if (!size.empty())
+    bytes = model::parse_size(size, "--devices " + group);
+  else if (kind.mib == 0)
+    throw InvalidInput(fmt::format("--devices {}: a {} device needs its memory (8x80GiB:{})", group,
+                                   kind.name, kind.name));
+  else
+    bytes = kind.mib * kMiB;
+  if (bytes < kMiB)
+    throw InvalidInput(fmt::format("--devices {}: a device of less than 1 MiB", group));
+  const std::size_t first_node = out.empty() ? 0 : out.size();
+  (void)first_node;
+  for (int n = 0; n < nodes; ++n) {
+    std::string node_name = node;
+    if (parts.size() == 2) node_name = fmt::format("node-{}", n);
+    int index = 0;
+    for (const auto& d : out)
+      if (d.node == node_name) index = std::max(index, d.index + 1);
+    for (int i = 0; i < count; ++i) out.push_back({node_name, index + i, bytes, kind.name});
+  }
+}
+
+}  // namespace
+
+std::vector<Device> parse_devices(const std::string& spec) {
+  std::vector<Device> out;
+  std::string rest = spec;
+  while (!rest.empty() || out.empty()) {
+    auto comma = rest.find(',');
+    std::string group = rest.substr(0, comma);
+    group.erase(std::remove(group.begin(), group.end(), ' '), group.end());
+    if (group.empty()) throw InvalidInput(fmt::format("--devices '{}': an empty group", spec));
+    add_group(group, "", out);
+    if (comma == std::string::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return out;
+}
+
+namespace {
+
+std::string text_of(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<long long>());
+  return v.dump();
+}
+
+[[noreturn]] void bad_entry(const std::string& path, const std::string& where,
+                            const std::string& why) {
+  throw InvalidInput(fmt::format("{}: {}: {}", path, where, why));
+}
+
+void only_keys(const json& obj, std::initializer_list<const char*> keys, const std::string& path,
+               const std::string& where) {
+  for (const auto& [k, v] : obj.items()) {
+    bool known = false;
+    for (const char* key : keys) known = known || k == key;
+    if (!known) {
+      std::string list;
+      for (const char* key : keys) list += (list.empty() ? "" : ", ") + std::string(key);
+      bad_entry(path, where, fmt::format("unknown key '{}' (known: {})", k, list));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Device> read_devices(const std::string& path) {
+  const json doc = read_yaml_file(path);
+  if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array() ||
+      doc["nodes"].empty())
+    throw InvalidInput(path + ": expected 'nodes:' with a list of {name, devices}");
+  only_keys(doc, {"nodes"}, path, "top level");
+  std::vector<Device> out;
+  std::set<std::string> names;
+  std::size_t i = 0;
+  for (const auto& n : doc["nodes"]) {
+    const std::string where = fmt::format("node {}", ++i);
+    if (!n.is_object() || !n.contains("name") || !n["name"].is_string() || !n.contains("devices"))
+      bad_entry(path, where, "expected {name: NODE, devices: ...}");
+    only_keys(n, {"name", "devices"}, path, where);
+    const std::string node = n["name"].get<std::string>();
+    if (node.empty() || node.find('/') != std::string::npos)
+      bad_entry(path, where, "a node name is not empty and has no '/'");
+    if (!names.insert(node).second) bad_entry(path, where, "node " + node + " given twice");
+    const json& devs = n["devices"];
+    try {
+      if (devs.is_string()) {
+        add_group(devs.get<std::string>(), node, out);
+        continue;
+      }
+      if (!devs.is_array() || devs.empty())
+        bad_entry(path, where,
+                  "devices: a string such as 8x910A or a list of {kind, memory, count}");
+      for (const auto& g : devs) {
+        if (!g.is_object()) bad_entry(path, where, "each device group is {kind, memory, count}");
+        only_keys(g, {"kind", "memory", "count"}, path, where);
+        const std::string count = g.contains("count") ? text_of(g["count"]) : "1";
+        std::string spec = count + "x";
+        if (g.contains("memory")) {
+          spec += text_of(g["memory"]);
+          if (g.contains("kind")) spec += ":" + text_of(g["kind"]);
+        } else if (g.contains("kind")) {
+          spec += text_of(g["kind"]);
+        } else {
+          bad_entry(path, where, "a device group needs a kind, a memory, or both");
+        }
+        add_group(spec, node, out);
+      }
+    } catch (const InvalidInput& e) {
+      const std::string what = e.what();
+      if (what.rfind(path, 0) == 0) throw;
+      bad_entry(path, where, what);
+    }
+  }
+  return out;
+}
+
+std::string object_name(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u))
+      out += static_cast<char>(std::tolower(u));
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  if (out.size() > 40) out.resize(40);
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  if (out.empty() || !std::isalpha(static_cast<unsigned char>(out[0]))) out = "m-" + out;
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+std::vector<ModelSpec> read_models(const std::string& path) {
+  const json doc = read_yaml_file(path);
+  if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_array() ||
+      doc["models"].empty())
+    throw InvalidInput(path + ": expected 'models:' with a list of {name, model, ...}");
+  only_keys(doc, {"models"}, path, "top level");
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::vector<ModelSpec> out;
+  std::size_t i = 0;
+  for (const auto& m : doc["models"]) {
+    const std::string where = fmt::format("model {}", ++i);
+    if (!m.is_object() || !m.contains("model") || !m["model"].is_string())
+      bad_entry(path, where, "expected {model: FILE.onnx, ...}");
+    only_keys(m, {"name", "model", "dims", "dtype", "runtime", "replicas", "image"}, path, where);
+    ModelSpec s;
+    std::filesystem::path file = m["model"].get<std::string>();
+    s.path = file.is_absolute() || dir.empty() ? file.string() : (dir / file).string();
+    s.name = object_name(m.contains("name") ? text_of(m["name"]) : file.stem().string());
+    if (m.contains("dims")) {
+      if (!m["dims"].is_object()) bad_entry(path, where, "dims: a mapping {NAME: VALUE}");
+      for (const auto& [k, v] : m["dims"].items()) {
+        if (!v.is_number_integer() || v.get<long long>() < 1)
+          bad_entry(path, where, fmt::format("dims: {} must be a whole number >= 1", k));
+        s.dims[k] = v.get<std::int64_t>();
+      }
+    }
+    try {
+      if (m.contains("dtype")) {
+        s.dtype = text_of(m["dtype"]);
+        if (s.dtype != "fp32" && s.dtype != "fp16" && s.dtype != "bf16")
+          throw InvalidInput(fmt::format("dtype {}: expected fp32, fp16 or bf16", s.dtype));
+      }
+      if (m.contains("runtime")) s.runtime = model::parse_runtime(text_of(m["runtime"]));
+    } catch (const InvalidInput& e) {
+      bad_entry(path, where, e.what());
+    }
+    if (m.contains("replicas")) {
+      if (!m["replicas"].is_number_integer() || m["replicas"].get<long long>() < 1 ||
+          m["replicas"].get<long long>() > 1024)
+        bad_entry(path, where, "replicas: a whole number from 1 to 1024");
+      s.replicas = m["replicas"].get<int>();
+    }
+    if (m.contains("image")) s.image = text_of(m["image"]);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Need model_need(const ModelSpec& spec) {
+  // The one place a model's figure is computed: weights + the arena planned for its runtime's
+  // lifetimes (modelmem plan's "total"), which is what plan_device gives each pool.
+  model::PlanOptions o;
+  o.dims = spec.dims;
+  o.dtype = spec.dtype;
+  o.runtime = spec.runtime;
+  const model::ModelPlan mp = model::plan_model(spec.path, o);
+  Need n;
+  n.weights = mp.weights_bytes;
+  n.activations = mp.arena();
+  n.bytes = mp.total();
+  n.basis = fmt::format("weights {} + {} arena {} ({})", format_bytes(n.weights),
+                        model::runtime_name(spec.runtime), format_bytes(n.activations), spec.dtype);
+  return n;
+}
+
+}  // namespace modelmem::sizing

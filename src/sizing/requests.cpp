@@ -1,0 +1,423 @@
+// Kubernetes, DRA and Ray Serve objects for a Placement, and the caps inside each container
+// (modelmem/sizing/requests.hpp). Units and field names: docs/fleet.md, with the sources.
+#include "modelmem/sizing/requests.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "modelmem/core/bytes.hpp"
+#include "modelmem/core/error.hpp"
+
+namespace modelmem::sizing {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// ---- a small YAML writer: block style, every string double-quoted (JSON escapes are YAML's) --
+
+bool plain_key(const std::string& k) {
+  if (k.empty()) return false;
+  for (char c : k)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '/' || c == '-' ||
+          c == '_'))
+      return false;
+  return true;
+}
+
+std::string scalar(const Json& v) {
+  if (v.is_string()) return Json(v.get<std::string>()).dump();
+  return v.dump();
+}
+
+bool empty_collection(const Json& v) {
+  return (v.is_object() || v.is_array()) && v.empty();
+}
+
+void write(const Json& v, int indent, std::string& out);
+
+void write_entry(const Json& v, int indent, std::string& out) {
+  if (empty_collection(v))
+    out += v.is_object() ? " {}\n" : " []\n";
+  else if (v.is_object() || v.is_array())
+    out += "\n", write(v, indent + 2, out);
+  else
+    out += " " + scalar(v) + "\n";
+}
+
+void write(const Json& v, int indent, std::string& out) {
+  const std::string pad(static_cast<std::size_t>(indent), ' ');
+  if (v.is_object()) {
+    for (const auto& [k, item] : v.items()) {
+      out += pad + (plain_key(k) ? k : Json(k).dump()) + ":";
+      write_entry(item, indent, out);
+    }
+  } else if (v.is_array()) {
+    for (const auto& item : v) {
+      if (item.is_object() && !item.empty()) {
+        // "- key: value" with the rest of the mapping aligned under the first key
+        std::string inner;
+        write(item, indent + 2, inner);
+        out += pad + "- " + inner.substr(static_cast<std::size_t>(indent) + 2);
+      } else {
+        out += pad + "-";
+        write_entry(item, indent, out);
+      }
+    }
+  }
+}
+
+std::string yaml(const Json& doc) {
+  std::string out;
+  write(doc, 0, out);
+  return out;
+}
+
+// ---- caps ----
+
+// The fraction F with size_t(F * visible) == request exactly (request <= visible).
+double exact_fraction(std::size_t request, std::size_t visible) {
+  double f = static_cast<double>(request) / static_cast<double>(visible);
+  auto cap = [&](double x) { return static_cast<std::size_t>(x * static_cast<double>(visible)); };
+  for (int i = 0; i < 64 && cap(f) < request; ++i) f = std::nextafter(f, 2.0);
+  for (int i = 0; i < 64 && cap(f) > request; ++i) f = std::nextafter(f, 0.0);
+  if (cap(f) != request || f > 1.0)
+    throw Error(fmt::format("no per_process_memory_fraction gives a cap of {} bytes out of {}",
+                            request, visible));
+  return f;
+}
+
+std::string fraction_text(double f) {
+  // %.17g reads back as the same double; shorter forms are tried first.
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::string s = fmt::format("{:.{}g}", f, digits);
+    if (std::stod(s) == f) return s;
+  }
+  return fmt::format("{:.17g}", f);
+}
+
+const Device& device_of(const Placement& pl, std::size_t replica) {
+  const Replica& r = pl.replicas.at(replica);
+  if (r.device < 0)
+    throw InvalidInput(
+        fmt::format("{} has no device: nothing to emit for it", pl.replica_name(replica)));
+  return pl.devices.at(static_cast<std::size_t>(r.device));
+}
+
+}  // namespace
+
+Target parse_target(const std::string& text) {
+  if (text == "hami") return Target::kHami;
+  if (text == "vnpu") return Target::kVnpu;
+  if (text == "dra") return Target::kDra;
+  if (text == "ray") return Target::kRay;
+  throw InvalidInput(fmt::format("--emit {}: expected hami, vnpu, dra or ray", text));
+}
+
+std::string target_name(Target target) {
+  switch (target) {
+    case Target::kHami:
+      return "hami";
+    case Target::kVnpu:
+      return "vnpu";
+    case Target::kDra:
+      return "dra";
+    case Target::kRay:
+      return "ray";
+  }
+  return "";
+}
+
+ContainerCap container_cap(const Placement& pl, std::size_t replica, Target target) {
+  const Replica& r = pl.replicas.at(replica);
+  const Device& d = device_of(pl, replica);
+  const DeviceKind& kind = device_kind(d.kind);
+  ContainerCap c;
+  c.request = r.request;
+  const VnpuTemplate* t = vnpu_template(r.request, d);
+  switch (target) {
+    case Target::kHami:
+      if (!kind.ascend) {
+        // HAMi-core (libvgpu.so) makes the container's CUDA see its gpumem limit as the total.
+        c.visible = r.request;
+        c.seen = "a GPU whose total is the gpumem limit (HAMi-core)";
+      } else if (t) {
+        c.visible = t->mib * kMiB;
+        c.seen = fmt::format("a vNPU {} of {} MiB (HAMi rounds up to a template)", t->name, t->mib);
+      } else {
+        c.visible = d.bytes;
+        c.seen = fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
+      }
+      break;
+    case Target::kVnpu:
+      if (!kind.ascend)
+        throw InvalidInput(fmt::format(
+            "--emit vnpu: device {} is a {}, which has no vNPU templates (use hami or dra)",
+            d.name(), kind.name));
+      c.visible = t ? t->mib * kMiB : d.bytes;
+      c.seen = t ? fmt::format("a vNPU {} of {} MiB", t->name, t->mib)
+                 : fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
+      break;
+    case Target::kDra:
+    case Target::kRay:
+      c.visible = d.bytes;
+      c.seen = fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
+      break;
+  }
+  c.fraction = exact_fraction(c.request, c.visible);
+  const std::string& pool = pl.models.at(r.model).name;
+  c.modelmem_conf = fmt::format("pools:[{}:{}],default_pool:{}", pool, r.request / kMiB, pool);
+  c.torch_var = kind.ascend ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+  c.torch_conf = "per_process_memory_fraction:" + fraction_text(c.fraction);
+  return c;
+}
+
+namespace {
+
+Json env_of(const ContainerCap& c) {
+  Json env = Json::array();
+  env.push_back({{"name", "MODELMEM_ALLOC_CONF"}, {"value", c.modelmem_conf}});
+  env.push_back({{"name", c.torch_var}, {"value", c.torch_conf}});
+  return env;
+}
+
+Json labels(const std::string& name) {
+  return {{"app.kubernetes.io/name", name}, {"app.kubernetes.io/managed-by", "modelmem"}};
+}
+
+Json metadata(const std::string& name, const std::string& app, const EmitOptions& o) {
+  Json m = {{"name", name}};
+  if (!o.ns.empty()) m["namespace"] = o.ns;
+  m["labels"] = labels(app);
+  return m;
+}
+
+std::string comment(const Placement& pl, std::size_t i, const ContainerCap& c) {
+  const Replica& r = pl.replicas[i];
+  const Device& d = device_of(pl, i);
+  const Need& n = pl.needs[r.model];
+  return fmt::format(
+      "# {} on device {} ({}): need {} ({} bytes), request {} MiB; the container sees {}; "
+      "cap {} bytes = request\n",
+      pl.replica_name(i), d.name(), d.kind, format_bytes(n.bytes), n.bytes, r.request / kMiB,
+      c.seen, static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)));
+}
+
+// Replicas of model m; a Deployment (and a Ray deployment) gives every replica one spec, so
+// their caps must agree.
+std::vector<std::size_t> replicas_of(const Placement& pl, std::size_t m) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i)
+    if (pl.replicas[i].model == m) out.push_back(i);
+  return out;
+}
+
+ContainerCap one_cap(const Placement& pl, std::size_t m, Target target, const char* what) {
+  const auto reps = replicas_of(pl, m);
+  ContainerCap first = container_cap(pl, reps.at(0), target);
+  for (std::size_t i : reps) {
+    const ContainerCap c = container_cap(pl, i, target);
+    if (c.visible != first.visible || device_of(pl, i).kind != device_of(pl, reps[0]).kind)
+      throw InvalidInput(fmt::format(
+          "model {}: its replicas sit on devices that differ ({} and {}), so one {} cannot "
+          "describe them all{}",
+          pl.models[m].name, device_of(pl, reps[0]).name(), device_of(pl, i).name(), what,
+          target == Target::kHami ? " (use --pods)" : ""));
+  }
+  return first;
+}
+
+Json limits_hami(const Placement& pl, std::size_t i) {
+  const Replica& r = pl.replicas[i];
+  const Device& d = device_of(pl, i);
+  const DeviceKind& kind = device_kind(d.kind);
+  Json limits = {{kind.hami_resource, "1"}};
+  // Without -memory HAMi gives an Ascend container the whole NPU.
+  if (!kind.ascend || vnpu_template(r.request, d))
+    limits[kind.hami_memory] = std::to_string(r.request / kMiB);
+  return limits;
+}
+
+Json container(const Placement& pl, std::size_t m, const ContainerCap& c, Json resources) {
+  const ModelSpec& spec = pl.models[m];
+  return {{"name", spec.name},
+          {"image", spec.image},
+          {"env", env_of(c)},
+          {"resources", std::move(resources)}};
+}
+
+Json pod(const Placement& pl, std::size_t i, const Json& container_json, const EmitOptions& o) {
+  const Replica& r = pl.replicas[i];
+  const Device& d = device_of(pl, i);
+  Json spec = Json::object();
+  if (!d.node.empty()) spec["nodeSelector"] = {{"kubernetes.io/hostname", d.node}};
+  if (device_kind(d.kind).ascend) spec["runtimeClassName"] = "ascend";
+  spec["containers"] = Json::array({container_json});
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", metadata(pl.replica_name(i), pl.models[r.model].name, o)},
+          {"spec", std::move(spec)}};
+}
+
+std::string emit_hami(const Placement& pl, const EmitOptions& o) {
+  std::string out;
+  for (std::size_t m = 0; m < pl.models.size(); ++m) {
+    const auto reps = replicas_of(pl, m);
+    if (o.pods) {
+      for (std::size_t i : reps) {
+        const ContainerCap c = container_cap(pl, i, Target::kHami);
+        out += "---\n" + comment(pl, i, c) +
+               yaml(pod(pl, i, container(pl, m, c, {{"limits", limits_hami(pl, i)}}), o));
+      }
+      continue;
+    }
+    const ContainerCap c = one_cap(pl, m, Target::kHami, "Deployment");
+    const std::string& name = pl.models[m].name;
+    Json pod_spec = Json::object();
+    if (device_kind(device_of(pl, reps[0]).kind).ascend) pod_spec["runtimeClassName"] = "ascend";
+    pod_spec["containers"] =
+        Json::array({container(pl, m, c, {{"limits", limits_hami(pl, reps[0])}})});
+    Json dep = {{"apiVersion", "apps/v1"},
+                {"kind", "Deployment"},
+                {"metadata", metadata(name, name, o)},
+                {"spec",
+                 {{"replicas", reps.size()},
+                  {"selector", {{"matchLabels", {{"app.kubernetes.io/name", name}}}}},
+                  {"template", {{"metadata", {{"labels", labels(name)}}}, {"spec", pod_spec}}}}}};
+    out += "---\n";
+    for (std::size_t i : reps) out += comment(pl, i, container_cap(pl, i, Target::kHami));
+    out += yaml(dep);
+  }
+  return out;
+}
+
+std::string emit_vnpu(const Placement& pl, const EmitOptions& o) {
+  std::string out;
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const Replica& r = pl.replicas[i];
+    const ContainerCap c = container_cap(pl, i, Target::kVnpu);
+    const Device& d = device_of(pl, i);
+    const DeviceKind& kind = device_kind(d.kind);
+    const VnpuTemplate* t = vnpu_template(r.request, d);
+    const Need& n = pl.needs[r.model];
+    const std::size_t given = t ? t->mib * kMiB : d.bytes;
+    out += "---\n" + comment(pl, i, c) +
+           fmt::format("# static vNPU: {} of {} MiB for a need of {}: {} unused ({:.1f}%)\n",
+                       t ? t->name : "no template holds it, the whole device", given / kMiB,
+                       format_bytes(n.bytes), format_bytes(given - n.bytes),
+                       100.0 * static_cast<double>(given - n.bytes) / static_cast<double>(given));
+    const std::string resource = t ? t->resource : kind.plugin_resource;
+    out += yaml(pod(pl, i, container(pl, r.model, c, {{"limits", {{resource, "1"}}}}), o));
+  }
+  return out;
+}
+
+std::string emit_dra(const Placement& pl, const EmitOptions& o) {
+  std::string out;
+  std::set<std::string> classes;
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const DeviceKind& kind = device_kind(device_of(pl, i).kind);
+    const std::string driver = o.dra_driver.empty() ? kind.dra_driver : o.dra_driver;
+    if (driver.empty())
+      throw InvalidInput(fmt::format(
+          "--emit dra on {} devices needs --dra-driver NAME: Ascend has no upstream DRA driver "
+          "whose name modelmem could assume",
+          kind.name));
+    const std::string cls = "modelmem-" + object_name(kind.name);
+    if (!classes.insert(cls).second) continue;
+    Json dc = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "DeviceClass"},
+        {"metadata", {{"name", cls}, {"labels", labels(cls)}}},
+        {"spec",
+         {{"selectors",
+           Json::array(
+               {{{"cel", {{"expression", fmt::format("device.driver == \"{}\"", driver)}}}}})}}}};
+    out += "---\n" + yaml(dc);
+  }
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const Replica& r = pl.replicas[i];
+    const ContainerCap c = container_cap(pl, i, Target::kDra);
+    const std::string cls = "modelmem-" + object_name(device_of(pl, i).kind);
+    const std::string name = pl.replica_name(i);
+    Json claim = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata", metadata(name, pl.models[r.model].name, o)},
+        {"spec",
+         {{"devices",
+           {{"requests",
+             Json::array(
+                 {{{"name", "accelerator"},
+                   {"exactly",
+                    {{"deviceClassName", cls},
+                     {"allocationMode", "ExactCount"},
+                     {"count", 1},
+                     {"capacity",
+                      {{"requests",
+                        {{o.dra_capacity, fmt::format("{}Mi", r.request / kMiB)}}}}}}}}})}}}}}};
+    Json p =
+        pod(pl, i,
+            container(pl, r.model, c, {{"claims", Json::array({{{"name", "accelerator"}}})}}), o);
+    p["spec"].erase("runtimeClassName");
+    p["spec"]["resourceClaims"] =
+        Json::array({{{"name", "accelerator"}, {"resourceClaimName", name}}});
+    out += "---\n" + comment(pl, i, c) + yaml(claim) + "---\n" + yaml(p);
+  }
+  return out;
+}
+
+std::string emit_ray(const Placement& pl) {
+  Json deployments = Json::array();
+  std::string notes;
+  for (std::size_t m = 0; m < pl.models.size(); ++m) {
+    const auto reps = replicas_of(pl, m);
+    const ContainerCap c = one_cap(pl, m, Target::kRay, "Ray deployment");
+    const DeviceKind& kind = device_kind(device_of(pl, reps[0]).kind);
+    // Ray's fractional resources are logical (they limit nothing) and kept to 4 decimals;
+    // rounded up so that Ray never packs more replicas on a device than the memory allows.
+    const double share =
+        std::ceil(static_cast<double>(c.request) / static_cast<double>(c.visible) * 1e4 - 1e-9) /
+        1e4;
+    Json options = Json::object();
+    if (kind.ascend)
+      options["resources"] = {{"NPU", share}};
+    else
+      options["num_gpus"] = share;
+    Json env = Json::object();
+    env["MODELMEM_ALLOC_CONF"] = c.modelmem_conf;
+    env[c.torch_var] = c.torch_conf;
+    options["runtime_env"] = {{"env_vars", env}};
+    deployments.push_back({{"name", pl.models[m].name},
+                           {"num_replicas", reps.size()},
+                           {"ray_actor_options", options}});
+    for (std::size_t i : reps) notes += comment(pl, i, c);
+  }
+  return "# Ray Serve: the deployments section of a Serve config (serve deploy); the shares are\n"
+         "# logical, the caps are the environment variables.\n" +
+         notes + yaml(Json{{"deployments", deployments}});
+}
+
+}  // namespace
+
+std::string emit(const Placement& pl, Target target, const EmitOptions& o) {
+  if (!pl.fits())
+    throw InvalidInput(fmt::format("the models do not fit ({}): nothing to emit",
+                                   pl.messages.empty() ? "" : pl.messages.front()));
+  switch (target) {
+    case Target::kHami:
+      return emit_hami(pl, o);
+    case Target::kVnpu:
+      return emit_vnpu(pl, o);
+    case Target::kDra:
+      return emit_dra(pl, o);
+    case Target::kRay:
+      return emit_ray(pl);
+  }
+  return "";
+}
+
+}  // namespace modelmem::sizing
