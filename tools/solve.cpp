@@ -34,6 +34,7 @@ struct SolveArgs {
   double time_limit = 10;
   unsigned threads = 1;
   std::string output;
+  bool json = false;
 };
 
 std::size_t parse_bytes(const std::string& text, const char* what) {
@@ -72,13 +73,14 @@ class Progress {
 };
 
 void write_json(const std::string& path, const plan::Problem& problem, const plan::Plan& plan,
-                const plan::SolveResult& result) {
+                const plan::SolveResult& result, std::size_t peak_live) {
   plan::PlanInfo info;
   info.source = problem.name;
   info.solver = result.solver;
   info.lower_bound = result.lower_bound;
   info.proven_optimal = result.proven_optimal;
   info.capacity = problem.capacity;
+  info.extra.emplace_back("peak_live_bound_bytes", std::to_string(peak_live));
   std::ofstream out(path);
   if (!out) throw InvalidInput(path + ": cannot open for writing");
   plan::write_plan_json(out, problem, plan, info);
@@ -86,9 +88,9 @@ void write_json(const std::string& path, const plan::Problem& problem, const pla
 }
 
 void write_output(const std::string& path, const plan::Problem& problem,
-                  const plan::SolveResult& result) {
+                  const plan::SolveResult& result, std::size_t peak_live) {
   if (path.ends_with(".json")) {
-    write_json(path, problem, *result.plan, result);
+    write_json(path, problem, *result.plan, result, peak_live);
   } else {
     std::ofstream out(path);
     if (!out) throw InvalidInput(path + ": cannot open for writing");
@@ -115,12 +117,21 @@ int run_solve(const SolveArgs& args) {
     if (!progress || progress->solver() != solver) progress.emplace(solver);
     (*progress)(best, elapsed);
   };
-  request.on_text = [&progress](const std::string& text) {
+  request.on_text = [&progress, &args](const std::string& text) {
     if (progress) progress->clear();
+    if (args.json) return;
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
   };
   plan::SolveReport report = plan::run_solve(request);
+  if (progress) progress->clear();
+  if (args.json) {
+    if (report.best && !args.output.empty())
+      write_output(args.output, report.problem, report.rows[*report.best].result,
+                   report.lower_bound);
+    std::fputs(plan::to_json(report).c_str(), stdout);
+    return report.best ? 0 : 1;
+  }
   if (!report.best) {
     std::fprintf(stderr, "modelmem solve: no plan found%s\n",
                  report.problem.capacity ? " within the capacity" : "");
@@ -128,7 +139,7 @@ int run_solve(const SolveArgs& args) {
   }
   if (!args.output.empty()) {
     const plan::SolveResult& best = report.rows[*report.best].result;
-    write_output(args.output, report.problem, best);
+    write_output(args.output, report.problem, best, report.lower_bound);
     fmt::print("\nwrote the plan of {}, arena {}, to {}\n", report.best_from(),
                best.plan->arena_size, args.output);
   }
@@ -151,6 +162,9 @@ void setup_solve(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 256u));
   cmd->add_option("--output,-o", args.output, "write the best plan to PLAN.csv or PLAN.json");
+  cmd->add_flag("--json", args.json,
+                "print the report as JSON (both lower bounds, the best arena and its gap, every "
+                "solver's row) instead of the table");
   std::string names;
   for (const auto& n : plan::solver_names()) names += (names.empty() ? "" : ", ") + n;
   cmd->footer("Solvers: " + names +

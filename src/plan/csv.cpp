@@ -238,7 +238,24 @@ class Reader {
     return v;
   }
 
+  /// Time steps may be negative (MindSpore's SOMAS files start tensors live before the first
+  /// node at -1): only differences of times matter to the planner, and the file's own times are
+  /// kept, so a plan written back has the same columns. Bounded by 2^62 either way so that
+  /// differences and windows around a step never overflow.
   Time time_value(const std::vector<std::string>& fields, Column c, const char* name) const {
+    const std::string& f = fields[*col(c)];
+    constexpr Time kLimit = Time{1} << 62;
+    if (!f.empty() && f[0] == '-') {
+      Time v = 0;
+      auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+      if (ec == std::errc::result_out_of_range ||
+          (ec == std::errc() && end == f.data() + f.size() && v < -kLimit))
+        fail(std::string("value ") + printable(f) + " in column '" + name +
+             "' is too far below zero for a time step (at least -2^62)");
+      if (ec != std::errc() || end != f.data() + f.size())
+        fail(std::string("'") + printable(f) + "' in column '" + name + "' is not an integer");
+      return v;
+    }
     std::uint64_t v = number(fields, c, name);
     if (v > static_cast<std::uint64_t>(std::numeric_limits<Time>::max()))
       fail(std::string("value ") + std::to_string(v) + " in column '" + name +
@@ -295,6 +312,10 @@ PlannedProblem parse_plan_csv(std::string_view text, const std::string& source) 
 
 PlannedProblem read_plan_csv(const std::filesystem::path& path) {
   return parse_plan_csv(read_file(path), path.string());
+}
+
+PlannedProblem read_problem_and_plan_csv(const std::filesystem::path& path) {
+  return Reader(read_file(path), path.string()).read(false);
 }
 
 void write_plan_csv(std::ostream& out, const Problem& problem, const Plan& plan) {

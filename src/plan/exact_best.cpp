@@ -9,6 +9,7 @@
 #include "modelmem/plan/exact.hpp"
 #include "plan/large.hpp"
 #include "plan/placement.hpp"
+#include "plan/refine.hpp"
 
 namespace modelmem::plan {
 namespace {
@@ -22,6 +23,17 @@ bool is_heuristic(const std::string& name) {
 // Past this many buffers the exact search over the whole problem costs more memory and time
 // than it can use (it lists every pair of buffers live together); the parts get it instead.
 constexpr std::size_t kLargeProblem = 5000;
+
+// The neighbourhood search (plan/refine.hpp) runs on problems up to this size: its index costs
+// about 100 bytes per buffer and each chain a copy of the plan.
+constexpr std::size_t kRefineMax = 300'000;
+
+/// Work units (buffers visited) of the neighbourhood search per chain for a time limit: about
+/// what a loaded core gets through in that time, so that the search usually ends on its budget
+/// (the same plan on every machine) rather than on the clock.
+std::size_t refine_budget(double seconds) {
+  return static_cast<std::size_t>(std::min(seconds, 1e6) * 2e7);
+}
 
 std::string percent(std::size_t a, std::size_t b) {
   char buf[32];
@@ -113,11 +125,18 @@ class BestSolver final : public Solver {
         started + std::chrono::duration_cast<Clock::duration>(
                       std::min(options.time_limit, std::chrono::duration<double>(1e7)) * 0.4);
     // naive, greedy-size, greedy-breadth, best-fit, run as greedy-breadth, greedy-size,
-    // best-fit, naive (any order gives the same plans).
+    // best-fit, naive on several threads (balance), and fastest first on one (so that a short
+    // time limit still gets the quick ones' plans). Any order gives the same plans.
     const std::size_t slowest_first[] = {2, 1, 3, 0};
+    const std::size_t fastest_first[] = {0, 3, 1, 2};
+    const std::size_t* run_order = threads > 1 ? slowest_first : fastest_first;
+    // Each gives up at the deadline (naive never needs to): the plans that finished are kept.
     detail::parallel_for(names.size(), threads, [&](std::size_t t) {
-      const std::size_t i = slowest_first[t % 4];
-      plans[i] = detail::heuristic_plan(names[i], open, first_phase);
+      const std::size_t i = run_order[t % 4];
+      try {
+        plans[i] = detail::heuristic_plan(names[i], open, first_phase, deadline);
+      } catch (const detail::TimeUp&) {
+      }
     });
     std::optional<Plan> best;
     std::string best_name;
@@ -138,12 +157,19 @@ class BestSolver final : public Solver {
     std::string note;
 
     // 2. The parts: planned when the heuristics' cost (with a margin: large parts also get the
-    // local search) fits in the time left; the exact search on the critical ones after that.
-    if (best->arena_size > bound) {
+    // local search) fits in the time left; the exact search on the critical ones after that,
+    // in half the time left when the neighbourhood search may follow.
+    const bool refine = problem.buffers.size() <= kRefineMax;
+    if (best->arena_size > bound && Clock::now() < deadline) {
       detail::Decomposition parts = detail::decompose(problem);
-      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-      if (1.5 * heuristic_seconds < left) {
-        if (auto large = detail::plan_by_parts(problem, parts, deadline, threads)) {
+      const auto now = Clock::now();
+      const double left = std::chrono::duration<double>(deadline - now).count();
+      const auto parts_deadline = refine ? now + (deadline - now) / 2 : deadline;
+      // One part too large for the exact search: the parts phase would only repeat the
+      // heuristics on it; the neighbourhood search gets the time instead.
+      const bool one_large_part = parts.leaves.size() == 1 && parts.leaves[0].members.size() > 4000;
+      if (1.5 * heuristic_seconds < left && !(refine && one_large_part)) {
+        if (auto large = detail::plan_by_parts(problem, parts, parts_deadline, threads)) {
           bound = std::max(bound, large->lower_bound);
           note = std::to_string(large->leaves) + " parts (" + std::to_string(large->distinct) +
                  " distinct), " + std::to_string(large->searched) + " searched exactly";
@@ -154,7 +180,26 @@ class BestSolver final : public Solver {
         }
       }
     }
-    // 3. A relaxation near the peak solved exactly, with what time is left (at most a tenth).
+    // 3. The neighbourhood search on the best plan so far, leaving a tenth of the time limit
+    // for the bound. Its work is bounded too, so that a fast machine gives the same plan.
+    if (refine && best->arena_size > bound && Clock::now() < deadline) {
+      detail::RefineOptions ro;
+      ro.threads = threads;
+      ro.target = bound;
+      ro.deadline =
+          deadline - std::chrono::duration_cast<Clock::duration>(
+                         std::min(options.time_limit, std::chrono::duration<double>(1e7)) / 10);
+      ro.work_budget = refine_budget(options.time_limit.count());
+      detail::RefineResult r = detail::refine_plan(open, *best, ro);
+      if (r.plan.arena_size < best->arena_size) {
+        best = std::move(r.plan);
+        best_name = "best";
+      }
+      note += std::string(note.empty() ? "" : "; ") +
+              "neighbourhood search: " + std::to_string(r.moves) + " moves, " +
+              std::to_string(r.improved) + " improving";
+    }
+    // 4. A relaxation near the peak solved exactly, with what time is left (at most a tenth).
     if (best->arena_size > bound) {
       auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                          options.time_limit / 10));

@@ -60,7 +60,8 @@ class HeapFreeList {
 
 }  // namespace
 
-Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice) {
+Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice,
+                   Deadline stop_at) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   std::vector<std::size_t> starts(n), ends(n);
@@ -77,7 +78,11 @@ Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, Ga
   plan.offsets.assign(n, 0);
   HeapFreeList free;
   std::size_t next_end = 0;
+  std::size_t count = 0;
   for (std::size_t i : starts) {
+    if (stop_at != Deadline::max() && ++count % 4096 == 0 &&
+        std::chrono::steady_clock::now() >= stop_at)
+      throw TimeUp{};
     // [start, end) lifetimes: a buffer ending at this step is free for one starting at it.
     while (next_end < n && bufs[ends[next_end]].end <= bufs[i].start) {
       std::size_t j = ends[next_end++];

@@ -42,15 +42,17 @@ struct Placement {
 
 /// Runs place_in_order for each (order, choice) until the work budget is spent; keeps the best.
 Placement best_placement(const Problem& problem, std::vector<Order> orders,
-                         Clock::time_point deadline = kNoDeadline) {
+                         Clock::time_point deadline = kNoDeadline,
+                         Clock::time_point stop_at = kNoDeadline) {
   Placement best;
   bool have = false;
   std::size_t work = 0;
+  if (stop_at != kNoDeadline && Clock::now() >= stop_at) throw detail::TimeUp{};
   detail::Placer placer(problem);
   for (Order& order : orders) {
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
       std::size_t before = work;
-      Plan plan = placer.place(order, choice, work);
+      Plan plan = placer.place(order, choice, work, stop_at);
       if (!have || plan.arena_size < best.plan.arena_size) {
         best = {std::move(plan), order, choice};
         have = true;
@@ -101,8 +103,9 @@ std::vector<Order> greedy_size_orders(const Problem& problem) {
   return orders;
 }
 
-Plan greedy_size_plan(const Problem& problem, Clock::time_point deadline) {
-  return best_placement(problem, greedy_size_orders(problem), deadline).plan;
+Plan greedy_size_plan(const Problem& problem, Clock::time_point deadline,
+                      Clock::time_point stop_at = kNoDeadline) {
+  return best_placement(problem, greedy_size_orders(problem), deadline, stop_at).plan;
 }
 Plan greedy_size_plan(const Problem& problem) {
   return greedy_size_plan(problem, kNoDeadline);
@@ -175,14 +178,16 @@ std::vector<Order> greedy_breadth_orders(const Problem& problem) {
   return orders;
 }
 
-Plan greedy_breadth_plan(const Problem& problem, Clock::time_point deadline) {
-  return best_placement(problem, greedy_breadth_orders(problem), deadline).plan;
+Plan greedy_breadth_plan(const Problem& problem, Clock::time_point deadline,
+                         Clock::time_point stop_at = kNoDeadline) {
+  return best_placement(problem, greedy_breadth_orders(problem), deadline, stop_at).plan;
 }
 Plan greedy_breadth_plan(const Problem& problem) {
   return greedy_breadth_plan(problem, kNoDeadline);
 }
 
-Plan best_fit_plan(const Problem& problem, Clock::time_point deadline) {
+Plan best_fit_plan(const Problem& problem, Clock::time_point deadline,
+                   Clock::time_point stop_at = kNoDeadline) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   auto ranks_of = [&](auto less) {
@@ -205,7 +210,7 @@ Plan best_fit_plan(const Problem& problem, Clock::time_point deadline) {
   std::optional<Plan> best;
   for (const Order& rank : ranks) {
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
-      Plan plan = detail::simulate_heap(problem, rank, choice);
+      Plan plan = detail::simulate_heap(problem, rank, choice, stop_at);
       if (!best || plan.arena_size < best->arena_size) best = std::move(plan);
       if (deadline != kNoDeadline && Clock::now() >= deadline) return *best;
     }
@@ -328,11 +333,13 @@ Plan best_heuristic_plan_until(const Problem& problem, std::size_t search_effort
   return heap.arena_size < best.plan.arena_size ? heap : best.plan;
 }
 
-Plan heuristic_plan(const std::string& name, const Problem& problem, Clock::time_point deadline) {
+Plan heuristic_plan(const std::string& name, const Problem& problem, Clock::time_point deadline,
+                    Clock::time_point stop_at) {
   if (name == "naive") return naive_plan(problem);
-  if (name == "greedy-size") return greedy_size_plan(problem, deadline);
-  if (name == "greedy-breadth") return greedy_breadth_plan(problem, deadline);
-  if (name == "best-fit") return best_fit_plan(problem, deadline);
+  if (stop_at != kNoDeadline && Clock::now() >= stop_at) throw TimeUp{};
+  if (name == "greedy-size") return greedy_size_plan(problem, deadline, stop_at);
+  if (name == "greedy-breadth") return greedy_breadth_plan(problem, deadline, stop_at);
+  if (name == "best-fit") return best_fit_plan(problem, deadline, stop_at);
   throw InvalidInput("unknown heuristic '" + name + "'");
 }
 

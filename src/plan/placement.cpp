@@ -256,13 +256,17 @@ double average_overlap(const std::vector<Buffer>& bufs) {
 
 template <typename Index>
 Plan place_with(Index& placed, const Problem& problem, std::span<const std::size_t> order,
-                GapChoice choice, std::size_t& work) {
+                GapChoice choice, std::size_t& work, Deadline stop_at) {
   const auto& bufs = problem.buffers;
   placed.reset();
   Plan plan;
   plan.offsets.assign(bufs.size(), kNone);
   std::vector<bool> seen(bufs.size(), false);
+  std::size_t count = 0;
   for (std::size_t idx : order) {
+    if (stop_at != Deadline::max() && ++count % 4096 == 0 &&
+        std::chrono::steady_clock::now() >= stop_at)
+      throw TimeUp{};
     if (idx >= bufs.size() || seen[idx])
       throw InvalidInput("placement order is not a permutation of the buffers");
     seen[idx] = true;
@@ -321,12 +325,13 @@ Placer::Placer(const Problem& problem, PlacementIndex index)
 
 Placer::~Placer() = default;
 
-Plan Placer::place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work) {
+Plan Placer::place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work,
+                   Deadline stop_at) {
   if (order.size() != problem_.buffers.size())
     throw InvalidInput("placement order has " + std::to_string(order.size()) + " entries for " +
                        std::to_string(problem_.buffers.size()) + " buffers");
-  if (index_->tree) return place_with(*index_->tree, problem_, order, choice, work);
-  return place_with(*index_->set, problem_, order, choice, work);
+  if (index_->tree) return place_with(*index_->tree, problem_, order, choice, work, stop_at);
+  return place_with(*index_->set, problem_, order, choice, work, stop_at);
 }
 
 Plan place_in_order_counted(const Problem& problem, std::span<const std::size_t> order,

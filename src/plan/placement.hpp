@@ -12,6 +12,13 @@
 
 namespace modelmem::plan::detail {
 
+/// The steady clock's time point after which a placement gives up (Deadline::max(): never).
+using Deadline = std::chrono::steady_clock::time_point;
+
+/// Thrown by a placement or heap simulation that passes its `stop_at`: the caller keeps the
+/// plans it already has (how `best` keeps its time limit on a million buffers).
+struct TimeUp {};
+
 /// How place_in_order finds the placed buffers that overlap a newcomer in time (see
 /// placement.cpp); every choice gives the same plan.
 enum class PlacementIndex { kAuto, kScan, kTimeTree };
@@ -33,7 +40,9 @@ class Placer {
   ~Placer();
   Placer(const Placer&) = delete;
   Placer& operator=(const Placer&) = delete;
-  Plan place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work);
+  /// Throws TimeUp once `stop_at` has passed (checked every few thousand buffers).
+  Plan place(std::span<const std::size_t> order, GapChoice choice, std::size_t& work,
+             Deadline stop_at = Deadline::max());
 
  private:
   struct Index;
@@ -44,12 +53,15 @@ class Placer {
 /// Heap simulation: buffers allocated when they start and freed when they end, in schedule
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving
 /// each buffer's rank). O(n log n) plus the gaps skipped for alignment.
-Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice);
+/// Throws TimeUp once `stop_at` has passed.
+Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice,
+                   Deadline stop_at = Deadline::max());
 
 /// The heuristics with a deadline (steady clock): orderings after the first are tried, and the
-/// local search moves made, only before it. No deadline: Clock::time_point::max().
-using Deadline = std::chrono::steady_clock::time_point;
-Plan heuristic_plan(const std::string& name, const Problem& problem, Deadline deadline);
+/// local search moves made, only before it. No deadline: Clock::time_point::max(). Past
+/// `stop_at` even the first ordering gives up: TimeUp.
+Plan heuristic_plan(const std::string& name, const Problem& problem, Deadline deadline,
+                    Deadline stop_at = Deadline::max());
 /// The names heuristic_plan takes, in the registry's order.
 const std::vector<std::string>& heuristic_names();
 /// best_heuristic_plan with a deadline.

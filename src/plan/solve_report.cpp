@@ -7,6 +7,7 @@
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/plan_io.hpp"
+#include "modelmem/plan/plan_json.hpp"
 
 namespace modelmem::plan {
 
@@ -37,6 +38,14 @@ std::string solve_header_text(const SolveReport& report) {
   std::string out = printf_string("%s: %zu buffers, lower bound %zu", report.problem.name.c_str(),
                                   report.problem.buffers.size(), report.lower_bound);
   if (report.problem.capacity) out += printf_string(", capacity %zu", *report.problem.capacity);
+  if (report.file_plan_arena)
+    out += printf_string(
+        "\nthe file's offset column: a plan of arena %zu%s (the searches start "
+        "from it)",
+        *report.file_plan_arena,
+        report.file_plan_note.empty() ? "" : (", " + report.file_plan_note).c_str());
+  else if (!report.file_plan_note.empty())
+    out += "\nthe file's offset column: " + report.file_plan_note;
   out += printf_string("\n\n%-16s %14s %8s %7s %10s  %s\n", "solver", "arena", "/ LB", "proven",
                        "time (s)", "note");
   return out;
@@ -53,13 +62,61 @@ std::string solve_row_text(const SolveRow& row, std::size_t lb) {
 }
 
 std::string solve_footer_text(const SolveReport& report) {
-  if (report.strongest_bound <= report.lower_bound) return {};
-  const bool optimal =
-      report.best && report.rows[*report.best].result.plan->arena_size == report.strongest_bound;
-  return printf_string("\nproven lower bound %zu (%.4f x the peak-live bound %zu)%s\n",
-                       report.strongest_bound,
-                       double(report.strongest_bound) / double(report.lower_bound),
-                       report.lower_bound, optimal ? ": the best plan is optimal" : "");
+  std::string out = printf_string("\nlower bounds: peak-live %zu, proven %zu", report.lower_bound,
+                                  report.strongest_bound);
+  if (report.strongest_bound > report.lower_bound)
+    out += printf_string(" (%.4f x peak-live)",
+                         double(report.strongest_bound) / double(report.lower_bound));
+  if (!report.best) return out + "; no plan\n";
+  const std::size_t arena = report.rows[*report.best].result.plan->arena_size;
+  if (arena <= report.strongest_bound)
+    return out + printf_string("; best arena %zu: optimal\n", arena);
+  return out + printf_string("; best arena %zu, gap %zu bytes (%.2f%% of the arena)\n", arena,
+                             arena - report.strongest_bound, 100.0 * report.gap());
+}
+
+double SolveReport::gap() const {
+  if (!best) return 0;
+  const std::size_t arena = rows[*best].result.plan->arena_size;
+  return arena > strongest_bound ? double(arena - strongest_bound) / double(arena) : 0.0;
+}
+
+std::string to_json(const SolveReport& report) {
+  auto number_or_null = [](const std::optional<std::size_t>& v) {
+    return v ? std::to_string(*v) : std::string("null");
+  };
+  std::string out = "{\"file\": " + json_quote(report.problem.name) +
+                    ", \"buffers\": " + std::to_string(report.problem.buffers.size()) +
+                    ", \"capacity\": " + number_or_null(report.problem.capacity) +
+                    ", \"peak_live_bound\": " + std::to_string(report.lower_bound) +
+                    ", \"proven_lower_bound\": " + std::to_string(report.strongest_bound) +
+                    ", \"file_plan_arena\": " + number_or_null(report.file_plan_arena);
+  if (report.best) {
+    const SolveResult& r = report.rows[*report.best].result;
+    out += ", \"best\": {\"solver\": " + json_quote(report.rows[*report.best].name) +
+           ", \"found_by\": " +
+           json_quote(r.solver.empty() ? report.rows[*report.best].name : r.solver) +
+           ", \"arena\": " + std::to_string(r.plan->arena_size) +
+           ", \"gap\": " + printf_string("%.6f", report.gap()) +
+           ", \"optimal\": " + (r.plan->arena_size <= report.strongest_bound ? "true" : "false") +
+           "}";
+  } else {
+    out += ", \"best\": null";
+  }
+  out += ", \"solvers\": [";
+  for (std::size_t i = 0; i < report.rows.size(); ++i) {
+    const SolveRow& row = report.rows[i];
+    const SolveResult& r = row.result;
+    out += std::string(i ? ", " : "") + "{\"name\": " + json_quote(row.name) +
+           ", \"found_by\": " + json_quote(r.solver) +
+           ", \"arena\": " + (r.plan ? std::to_string(r.plan->arena_size) : std::string("null")) +
+           ", \"lower_bound\": " + std::to_string(r.lower_bound) +
+           ", \"proven_optimal\": " + (r.proven_optimal ? "true" : "false") +
+           ", \"proven_infeasible\": " + (r.proven_infeasible ? "true" : "false") +
+           ", \"seconds\": " + printf_string("%.3f", r.seconds) +
+           ", \"note\": " + json_quote(r.note) + "}";
+  }
+  return out + "]}\n";
 }
 
 std::string to_text(const SolveReport& report) {
@@ -78,8 +135,27 @@ SolveReport run_solve(const SolveRequest& request) {
     names.push_back(request.solver);
   }
   SolveReport report;
-  report.problem = read_problem_csv(request.file);
+  PlannedProblem read = read_problem_and_plan_csv(request.file);
+  report.problem = std::move(read.problem);
   report.problem.capacity = request.capacity;
+  // An `offset` column (IREE's files carry the compiler's placement): a valid plan seeds the
+  // searches and is reported; an invalid one is ignored, with the reason.
+  std::optional<Plan> file_plan;
+  if (!read.plan.offsets.empty()) {
+    const Validation v = validate(report.problem, read.plan);
+    Problem open = report.problem;
+    open.capacity.reset();
+    if (v) {
+      report.file_plan_arena = read.plan.arena_size;
+      file_plan = std::move(read.plan);
+    } else if (const Validation w = validate(open, read.plan); w) {
+      report.file_plan_arena = read.plan.arena_size;
+      report.file_plan_note = "over the capacity";
+      file_plan = std::move(read.plan);
+    } else {
+      report.file_plan_note = "not a valid plan (" + w.message + "): ignored";
+    }
+  }
   report.lower_bound = lower_bound(report.problem);
   report.strongest_bound = report.lower_bound;
   if (request.on_text) request.on_text(solve_header_text(report));
@@ -88,6 +164,7 @@ SolveReport run_solve(const SolveRequest& request) {
     SolveOptions options;
     options.time_limit = std::chrono::duration<double>(request.time_limit_s);
     options.threads = request.threads;
+    options.initial = file_plan;
     if (request.progress)
       options.progress = [&](std::size_t arena, double elapsed) {
         request.progress(name, arena, elapsed);
@@ -104,10 +181,7 @@ SolveReport run_solve(const SolveRequest& request) {
     if (request.on_text) request.on_text(solve_row_text(row, report.lower_bound));
     report.rows.push_back(std::move(row));
   }
-  if (request.on_text) {
-    const std::string footer = solve_footer_text(report);
-    if (!footer.empty()) request.on_text(footer);
-  }
+  if (request.on_text) request.on_text(solve_footer_text(report));
   return report;
 }
 

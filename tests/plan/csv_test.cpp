@@ -139,10 +139,54 @@ TEST(CsvBadInput, NonNumericValue) {
 }
 
 TEST(CsvBadInput, NegativeValue) {
-  EXPECT_BAD_INPUT("id,lower,upper,size\na,-1,1,1\n",
-                   "in.csv:2: ", "negative value -1 in column 'lower'");
   EXPECT_BAD_INPUT("id,lower,upper,size\na,0,1,-8\n",
                    "in.csv:2: ", "negative value -8 in column 'size'");
+  EXPECT_BAD_INPUT("id,lower,upper,size,alignment\na,0,1,8,-4\n",
+                   "in.csv:2: ", "negative value -4 in column 'alignment'");
+  EXPECT_BAD_INPUT("id,lower,upper,size\na,-x,1,1\n",
+                   "in.csv:2: ", "'-x' in column 'lower' is not an integer");
+  EXPECT_BAD_INPUT("id,lower,upper,size\na,-4611686018427387905,1,1\n",
+                   "in.csv:2: ", "too far below zero for a time step");
+  EXPECT_BAD_INPUT("id,lower,upper,size\na,-99999999999999999999,1,1\n",
+                   "in.csv:2: ", "too far below zero");
+  EXPECT_BAD_INPUT("id,lower,upper,size\na,-1,-3,1\n",
+                   "in.csv:2: ", "upper -3 is not after lower -1");
+}
+
+// MindSpore's SOMAS files start some tensors at -1: negative times are read as they are (only
+// differences matter), and written back unchanged.
+TEST(CsvRead, NegativeTimesAreKept) {
+  Problem p = parse_problem_csv("id,lower,upper,size\na,-1,3,4\nb,0,2,8\nc,-5,-1,2\n", "in.csv");
+  ASSERT_EQ(p.buffers.size(), 3u);
+  EXPECT_EQ(p.buffers[0].start, -1);
+  EXPECT_EQ(p.buffers[2].start, -5);
+  EXPECT_EQ(p.buffers[2].end, -1);
+  EXPECT_EQ(lower_bound(p), 12u);
+  Problem q = parse_problem_csv("id,start,end,size\na,-2,-2,4\n", "in.csv");
+  EXPECT_EQ(q.buffers[0].end, -1);
+  Plan plan{{0, 4, 0}, 12};
+  std::ostringstream out;
+  write_plan_csv(out, p, plan);
+  PlannedProblem back = parse_plan_csv(out.str(), "back.csv");
+  EXPECT_EQ(back.problem.buffers[2].start, -5);
+  EXPECT_EQ(back.problem.buffers[0].end, 3);
+}
+
+TEST(CsvRead, SomasTinyBertStartsAtMinusOne) {
+  Problem p = read_problem_csv(MODELMEM_SHARED_DATA "/dsa/somas_tiny_bert.csv");
+  EXPECT_EQ(p.buffers.size(), 1821u);
+  EXPECT_EQ(p.buffers[0].start, -1);
+}
+
+// IREE's files carry IREE's own placement in an `offset` column: `solve` reads the problem and
+// ignores the column (a plan file reader keeps it).
+TEST(CsvRead, IreeOffsetColumnIsReadAsAPlan) {
+  PlannedProblem p = read_plan_csv(MODELMEM_SHARED_DATA "/dsa/iree_first.csv");
+  EXPECT_EQ(p.problem.buffers.size(), 56u);
+  EXPECT_EQ(p.plan.offsets.size(), 56u);
+  EXPECT_TRUE(validate(p.problem, p.plan));
+  Problem q = read_problem_csv(MODELMEM_SHARED_DATA "/dsa/iree_first.csv");
+  EXPECT_EQ(q.buffers.size(), 56u);
 }
 
 TEST(CsvBadInput, ValueOutOfRange) {

@@ -134,15 +134,57 @@ TEST_F(SolveCli, ThreadsOptionAndTheProvenLowerBoundLine) {
   EXPECT_EQ(run(example() + " --solver naive --threads two").code, 2);
   CliRun r = run(example() + " --solver best --threads 2");
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out.find("proven lower bound"), std::string::npos) << r.out;  // at the peak bound
+  // Both bounds, the best arena and the gap, always.
+  EXPECT_NE(r.out.find("lower bounds: peak-live 26624, proven 26624; best arena 26624: optimal"),
+            std::string::npos)
+      << r.out;
 
   // Two 3 KiB buffers aligned to 4 KiB and live together need 7 KiB, above the 6 KiB peak.
   fs::path aligned =
       write("aligned.csv", "id,lower,upper,size,alignment\na,0,2,3072,4096\nb,1,3,3072,4096\n");
   r = run(aligned.string() + " --solver exact");
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("proven lower bound 7168 (1.1667 x the peak-live bound 6144): the best "
-                       "plan is optimal"),
+  EXPECT_NE(r.out.find("lower bounds: peak-live 6144, proven 7168 (1.1667 x peak-live); best "
+                       "arena 7168: optimal"),
             std::string::npos)
       << r.out;
+  r = run(aligned.string() + " --solver naive");
+  EXPECT_NE(r.out.find("lower bounds: peak-live 6144, proven 6144; best arena 7168, gap 1024 "
+                       "bytes (14.29% of the arena)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(SolveCli, JsonReportHasBothBoundsAndTheGap) {
+  fs::path aligned =
+      write("aligned.csv", "id,lower,upper,size,alignment\na,0,2,3072,4096\nb,1,3,3072,4096\n");
+  CliRun r = run(aligned.string() + " --solver all --json");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"file\": ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\"peak_live_bound\": 6144, \"proven_lower_bound\": 7168"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\"arena\": 7168, \"gap\": 0.000000, \"optimal\": true}"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("{\"name\": \"naive\""), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("solver "), std::string::npos) << r.out;  // no table
+}
+
+// MindSpore's files start tensors at -1; IREE's carry the compiler's own offsets, a valid plan
+// that seeds the searches.
+TEST_F(SolveCli, NegativeTimesAndAnOffsetColumn) {
+  fs::path neg = write("neg.csv", "id,lower,upper,size\na,-1,3,4\nb,0,2,8\nc,-5,-1,2\n");
+  CliRun r = run(neg.string() + " --solver best");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("best arena 12: optimal"), std::string::npos) << r.out;
+  fs::path offs = write("offs.csv", "id,lower,upper,size,offset\na,0,2,4,8\nb,1,3,8,0\n");
+  r = run(offs.string() + " --solver best");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("the file's offset column: a plan of arena 12 (the searches start from it)"),
+            std::string::npos)
+      << r.out;
+  fs::path bad = write("bad.csv", "id,lower,upper,size,offset\na,0,2,4,0\nb,1,3,8,0\n");
+  r = run(bad.string() + " --solver best");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("the file's offset column: not a valid plan"), std::string::npos) << r.out;
 }

@@ -8,11 +8,14 @@
 //   size                        bytes, > 0
 //   alignment                   optional, > 0 (default 1)
 //   offset                      optional: a plan's offsets (read_plan_csv needs it; read_problem
-//                               ignores it, fixed offsets are not a planning constraint here)
+//                               ignores it, fixed offsets are not a planning constraint here;
+//                               read_problem_and_plan_csv returns them, e.g. IREE's placement)
 //   hint, gaps                  MiniMalloc's optional columns, accepted and ignored (ignoring
 //                               gaps keeps every plan valid: a buffer is treated as live
 //                               throughout)
-// Times and sizes are non-negative decimal integers. Blank lines are skipped; CRLF is accepted.
+// Sizes are non-negative decimal integers; times are integers and may be negative (down to
+// -2^62: MindSpore's SOMAS files start tensors at -1), kept as they are (only differences matter).
+// Blank lines are skipped; CRLF is accepted.
 //
 // Every malformed input throws InvalidInput with one line "FILE:LINE: what is wrong" (missing
 // or unknown column, non-numeric, negative or out-of-range value, zero size, upper <= lower,
@@ -45,6 +48,10 @@ Problem read_problem_csv(const std::filesystem::path& path);
 /// arena_size computed). The plan itself is not validated: call validate().
 PlannedProblem parse_plan_csv(std::string_view text, const std::string& source);
 PlannedProblem read_plan_csv(const std::filesystem::path& path);
+
+/// As read_problem_csv, also returning the `offset` column when the file has one (plan.offsets
+/// empty when not): a starting plan to validate and improve (`solve` seeds its searches with it).
+PlannedProblem read_problem_and_plan_csv(const std::filesystem::path& path);
 
 /// Writes `id,lower,upper,size[,alignment],offset` (alignment only when some buffer has one
 /// above 1), quoting ids that need it. `plan` must have one offset per buffer.

@@ -39,19 +39,31 @@ struct SolveReport {
   std::size_t strongest_bound = 0;
   std::vector<SolveRow> rows;
   std::optional<std::size_t> best;  ///< index into rows of the smallest arena, if any plan
+  /// The arena of the file's own plan (its `offset` column, when valid), and what was wrong with
+  /// it when it was not ("" when fine or absent).
+  std::optional<std::size_t> file_plan_arena;
+  std::string file_plan_note;
   /// "best-fit", or "best (found by greedy-size)" when the solver reports another inside it.
   std::string best_from() const;
+  /// (best arena - strongest_bound) / best arena: how much of the plan may still be saved, 0
+  /// when optimal or without a plan.
+  double gap() const;
 };
 
 /// Checks the request (solver name, time limit, the file) before solving; InvalidInput for a
 /// bad one. A solver returning an invalid plan is a logic_error (a bug, not bad input).
 SolveReport run_solve(const SolveRequest& request);
 
-/// The first line and the table header; one table row; the closing line (a proven lower bound
-/// above the peak-live one, else nothing); all together for a whole report.
+/// The first line and the table header; one table row; the closing line (both lower bounds, the
+/// best arena and the gap left); all together for a whole report.
 std::string solve_header_text(const SolveReport& report);
 std::string solve_row_text(const SolveRow& row, std::size_t lower_bound);
 std::string solve_footer_text(const SolveReport& report);
 std::string to_text(const SolveReport& report);
+/// The report as one JSON object (`solve --json`): file, buffers, capacity, peak_live_bound,
+/// proven_lower_bound, file_plan_arena, best {solver, found_by, arena, gap, optimal} or null,
+/// and solvers [{name, found_by, arena, lower_bound, proven_optimal, proven_infeasible,
+/// seconds, note}].
+std::string to_json(const SolveReport& report);
 
 }  // namespace modelmem::plan
