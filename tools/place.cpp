@@ -5,8 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -55,27 +55,15 @@ std::vector<sizing::ModelSpec> models_of(const PlaceArgs& a) {
     for (const auto& s : specs) check_input_file(s.path, "ONNX model file");
     return specs;
   }
-  std::vector<sizing::ModelSpec> specs;
-  std::set<std::string> names;
-  for (const auto& path : a.models) {
-    check_input_file(path, "ONNX model file");
-    sizing::ModelSpec s;
-    s.path = path;
-    const std::string base = sizing::object_name(fs::path(path).stem().string());
-    s.name = base;
-    for (int n = 2; names.count(s.name); ++n) s.name = fmt::format("{}-{}", base, n);
-    names.insert(s.name);
-    for (const auto& d : a.dims) {
-      auto [name, value] = model::parse_dim(d);
-      if (!s.dims.emplace(name, value).second)
-        throw InvalidInput(fmt::format("--dim {} given twice", name));
-    }
-    s.dtype = a.dtype;
-    s.runtime = model::parse_runtime(a.runtime);
-    s.replicas = a.replicas;
-    specs.push_back(std::move(s));
+  std::map<std::string, std::int64_t> dims;
+  for (const auto& d : a.dims) {
+    auto [name, value] = model::parse_dim(d);
+    if (!dims.emplace(name, value).second)
+      throw InvalidInput(fmt::format("--dim {} given twice", name));
   }
-  return specs;
+  for (const auto& path : a.models) check_input_file(path, "ONNX model file");
+  return sizing::models_from_files(a.models, dims, a.dtype, model::parse_runtime(a.runtime),
+                                   a.replicas);
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -95,10 +83,8 @@ int run_place(const PlaceArgs& a) {
     if (!fs::is_directory(a.out, ec)) throw InvalidInput("--out " + a.out + ": no such directory");
   }
   std::error_code ec;
-  const bool devices_file = fs::exists(a.devices, ec);
-  std::vector<sizing::Device> devices =
-      devices_file ? (check_input_file(a.devices, "devices file"), sizing::read_devices(a.devices))
-                   : sizing::parse_devices(a.devices);
+  if (fs::exists(a.devices, ec)) check_input_file(a.devices, "devices file");
+  const std::vector<sizing::Device> devices = sizing::devices_from(a.devices);
   const std::vector<sizing::ModelSpec> specs = models_of(a);
   sizing::PlaceOptions po;
   po.exact_limit = a.exact_limit;

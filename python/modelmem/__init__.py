@@ -12,9 +12,9 @@ from ._errors import (ConfigError, CudaAllocatorUnavailable, Error, InvalidInput
                       NpuAllocatorUnavailable, OutOfMemoryError, QuotaExceededError,
                       UnsupportedError)
 from . import _modelmem
-from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Plan,
-                        PlannedTensor, Pool, StepStats, Trace, TraceRecording, config,
-                        config_keys, config_report, info, info_report, plan, pool, solve,
+from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Placement,
+                        Plan, PlannedTensor, Pool, StepStats, Trace, TraceRecording, config,
+                        config_keys, config_report, info, info_report, place, plan, pool, solve,
                         solver_names)
 
 __version__ = "0.1.0"
@@ -22,9 +22,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Advice", "AllocationSite", "Analysis", "BucketPlan", "ConfigError",
     "CudaAllocatorUnavailable", "Error", "InvalidInputError", "MemoryLogger",
-    "NpuAllocatorUnavailable", "OutOfMemoryError", "Plan", "PlannedTensor", "Pool",
+    "NpuAllocatorUnavailable", "OutOfMemoryError", "Placement", "Plan", "PlannedTensor", "Pool",
     "QuotaExceededError", "StepStats", "Trace", "TraceRecording", "UnsupportedError", "config",
-    "config_keys", "config_report", "info", "info_report", "plan", "pool", "solve", "solver_names", "torch",
+    "config_keys", "config_report", "info", "info_report", "place", "plan", "pool", "solve", "solver_names", "torch",
 ]
 
 

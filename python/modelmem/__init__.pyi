@@ -47,6 +47,22 @@ def solve(problem: Union[_Path, Sequence[Tuple[int, int, int]]], solver: str = "
           capacity: Optional[int] = None, time_limit: float = 10) -> Plan: ...
 def solver_names() -> List[str]: ...
 
+class Placement:
+    fits: bool
+    method: str
+    replicas: List[Dict[str, Any]]
+    devices: List[Dict[str, Any]]
+    messages: List[str]
+
+    def report(self) -> str: ...
+    def emit(self, target: str, pods: bool = False, namespace: str = "", dra_driver: str = "",
+             dra_capacity: str = "memory") -> str: ...
+    def cap(self, replica: int, target: str) -> Dict[str, Any]: ...
+
+def place(models: Union[str, Sequence[str]], devices: str, dims: Mapping[str, int] = ...,
+          dtype: str = "fp32", runtime: str = "static", replicas: int = 1, exact_limit: int = 12,
+          templates: bool = True, spread: bool = True) -> Placement: ...
+
 class Advice:
     topic: str
     message: str

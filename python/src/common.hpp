@@ -39,5 +39,6 @@ void run_interruptible(const std::function<void()>& f);
 void bind_plans(py::module_& m);
 void bind_traces(py::module_& m);
 void bind_torch(py::module_& m);
+void bind_place(py::module_& m);
 
 }  // namespace modelmem::python

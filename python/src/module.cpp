@@ -94,4 +94,5 @@ devices=False skips the accelerators, pid keeps one process.)");
   bind_plans(m);
   bind_traces(m);
   bind_torch(m);
+  bind_place(m);
 }

@@ -248,6 +248,41 @@ std::vector<Device> read_devices(const std::string& path) {
   return out;
 }
 
+std::vector<Device> devices_from(const std::string& spec_or_file) {
+  std::error_code ec;
+  if (!spec_or_file.empty() && std::filesystem::exists(spec_or_file, ec))
+    return read_devices(spec_or_file);
+  return parse_devices(spec_or_file);
+}
+
+std::vector<ModelSpec> models_from_files(const std::vector<std::string>& paths,
+                                         const std::map<std::string, std::int64_t>& dims,
+                                         const std::string& dtype, model::Runtime runtime,
+                                         int replicas) {
+  if (paths.empty()) throw InvalidInput("no model: give ONNX files or a models file");
+  if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16")
+    throw InvalidInput(fmt::format("--dtype {}: expected fp32, fp16 or bf16", dtype));
+  if (replicas < 1 || replicas > 1024)
+    throw InvalidInput(fmt::format("--replicas {}: must be 1 to 1024", replicas));
+  std::vector<ModelSpec> specs;
+  std::set<std::string> names;
+  for (const auto& path : paths) {
+    ModelSpec s;
+    s.path = path;
+    const std::string base = object_name(std::filesystem::path(path).stem().string());
+    s.name = base;
+    for (int n = 2; names.count(s.name); ++n) s.name = fmt::format("{}-{}", base, n);
+    names.insert(s.name);
+    s.dims = dims;
+    s.dtype = dtype;
+    s.runtime = runtime;
+    s.replicas = replicas;
+    s.shared_dims = paths.size() > 1;
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
 std::string object_name(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -320,11 +355,13 @@ Need model_need(const ModelSpec& spec) {
   o.dims = spec.dims;
   o.dtype = spec.dtype;
   o.runtime = spec.runtime;
+  o.ignore_unknown_dims = spec.shared_dims;
   const model::ModelPlan mp = model::plan_model(spec.path, o);
   Need n;
   n.weights = mp.weights_bytes;
   n.activations = mp.arena();
   n.bytes = mp.total();
+  for (const auto& [name, value] : mp.graph.dims) n.dims_bound.push_back(name);
   n.basis = fmt::format("weights {} + {} arena {} ({})", format_bytes(n.weights),
                         model::runtime_name(spec.runtime), format_bytes(n.activations), spec.dtype);
   return n;

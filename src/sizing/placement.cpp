@@ -8,7 +8,6 @@
 #include <limits>
 #include <numeric>
 #include <set>
-#include <tuple>
 
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/checked.hpp"
@@ -19,7 +18,7 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
-constexpr std::size_t kNodeBudget = 4'000'000;  // search nodes before the exact search gives up
+constexpr std::size_t kNodeBudget = 2'000'000;  // search nodes before the exact search gives up
 
 // The general problem: item i takes size[i][b] on bin b (kNever: cannot go there); two items
 // of one group (>= 0) never share a bin; bins of one class holding the same room and groups are
@@ -123,14 +122,18 @@ struct Search {
     }
     const std::size_t i = order[k];
     const int g = group_of(p, i);
-    // (class, used, groups) already explored at this level: an identical bin
-    std::vector<std::tuple<int, std::size_t, std::vector<int>>> tried;
+    // Bins tried at this level: a bin of the same class holding the same room and groups as
+    // one of them leads to the same subtrees.
+    std::vector<std::size_t> tried;
     for (std::size_t b = 0; b < p.cap.size() && !out_of_budget; ++b) {
       const std::size_t s = p.size[i][b];
       if (s == kNever || used[b] + s > p.cap[b] || groups.blocks(g, b)) continue;
-      auto key = std::make_tuple(p.bin_class[b], used[b], groups.in[b]);
-      if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
-      tried.push_back(std::move(key));
+      const bool same = std::any_of(tried.begin(), tried.end(), [&](std::size_t t) {
+        return p.bin_class[t] == p.bin_class[b] && used[t] == used[b] &&
+               groups.in[t] == groups.in[b];
+      });
+      if (same) continue;
+      tried.push_back(b);
       const bool opens = used[b] == 0;
       used[b] += s;
       groups.add(g, b);
@@ -233,6 +236,17 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
   if (devices.empty()) throw InvalidInput("no device to place the models on");
   std::vector<Need> needs;
   for (const auto& m : models) needs.push_back(model_need(m));
+  // One --dim list for several files: each dim must be some model's.
+  for (const auto& m : models)
+    for (const auto& [dim, value] : m.dims) {
+      bool used = false;
+      for (const auto& n : needs)
+        used =
+            used || std::find(n.dims_bound.begin(), n.dims_bound.end(), dim) != n.dims_bound.end();
+      if (!used)
+        throw InvalidInput(
+            fmt::format("--dim {}: none of the models has a dim named '{}'", dim, dim));
+    }
   return place(models, needs, devices, options);
 }
 

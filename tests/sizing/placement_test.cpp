@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -75,6 +77,21 @@ TEST(Pack, ExactFindsWhatBestFitDecreasingMisses) {
   EXPECT_EQ(std::count(exact.assignment.begin(), exact.assignment.end(), -1), 0);
 }
 
+TEST(Pack, TwelveItemsThatDoNotFitEndInSeconds) {
+  // Twelve distinct sizes, 1 more than four distinct bins hold: the search must prove it (or
+  // stop at its node budget) quickly, and keep the most bytes it can place.
+  const std::vector<std::size_t> items = {97, 89, 83, 79, 73, 71, 67, 61, 59, 53, 47, 43};
+  const std::vector<std::size_t> bins = {211, 205, 199, 193};
+  const auto start = std::chrono::steady_clock::now();
+  const Packing p = pack(items, bins);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("12 items on 4 bins: %s in %.2f s\n", p.method.c_str(), seconds);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_TRUE(p.exact);
+  EXPECT_NE(std::count(p.assignment.begin(), p.assignment.end(), -1), 0);
+}
+
 ModelSpec spec(const std::string& name, int replicas) {
   ModelSpec s;
   s.name = name;
@@ -84,7 +101,7 @@ ModelSpec spec(const std::string& name, int replicas) {
 }
 
 Need need(std::size_t bytes) {
-  return {bytes / 2, bytes - bytes / 2, bytes, "given"};
+  return {bytes / 2, bytes - bytes / 2, bytes, "given", {}};
 }
 
 TEST(Place, ReaddsEveryDeviceAgainstItsMemory) {

@@ -59,6 +59,10 @@ std::vector<Device> parse_devices(const std::string& spec);
 /// A YAML or JSON file: `nodes: [{name: N, devices: SPEC or [{kind, memory, count}]}]`.
 std::vector<Device> read_devices(const std::string& path);
 
+/// `--devices` as the command and Python take it: a file when one exists at that path
+/// (read_devices), else a spec (parse_devices).
+std::vector<Device> devices_from(const std::string& spec_or_file);
+
 // ---- models ----
 
 /// One model to place, as the models file or the command's arguments give it.
@@ -70,11 +74,22 @@ struct ModelSpec {
   model::Runtime runtime = model::Runtime::kStatic;
   int replicas = 1;
   std::string image = "modelmem-serve:latest";  ///< container image in the emitted objects
+  /// dims the model does not have are skipped (one --dim list for several files); place()
+  /// then rejects a dim that no model has.
+  bool shared_dims = false;
 };
 
 /// A YAML or JSON file: `models: [{name, model, dims: {d: v}, dtype, runtime, replicas,
 /// image}]` (model is relative to the file). InvalidInput naming the file and the entry.
 std::vector<ModelSpec> read_models(const std::string& path);
+
+/// ONNX files given directly, all with the same dims, dtype, runtime and replicas; each named
+/// after its file's stem (made unique). InvalidInput for no file, a dim given twice, a bad
+/// dtype or runtime, or replicas out of 1..1024.
+std::vector<ModelSpec> models_from_files(const std::vector<std::string>& paths,
+                                         const std::map<std::string, std::int64_t>& dims,
+                                         const std::string& dtype, model::Runtime runtime,
+                                         int replicas);
 
 /// A name usable as a pool, a Kubernetes object and a container name: lower-case letters,
 /// digits and '-', at most 40 characters ("BERT_base.v2" -> "bert-base-v2").
@@ -83,9 +98,10 @@ std::string object_name(const std::string& text);
 /// What one replica of a model needs on its device, and where the figure comes from.
 struct Need {
   std::size_t weights = 0;
-  std::size_t activations = 0;  ///< the planned arena for the model's runtime
-  std::size_t bytes = 0;        ///< weights + activations
-  std::string basis;            ///< how it was computed, in words
+  std::size_t activations = 0;          ///< the planned arena for the model's runtime
+  std::size_t bytes = 0;                ///< weights + activations
+  std::string basis;                    ///< how it was computed, in words
+  std::vector<std::string> dims_bound;  ///< the symbolic dims the model took from its spec
 };
 
 /// The need of one replica: the one function every figure of the placement comes from.

@@ -1,0 +1,43 @@
+"""modelmem.place(): the library's placement from Python, the same text and objects as the CLI."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import CLI, SOURCE
+
+modelmem = pytest.importorskip("modelmem")
+
+RESNET = os.path.join(SOURCE, "models", "resnet50.onnx")
+
+
+def cli(*args):
+    return subprocess.run([CLI, "place", *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_place_matches_the_command():
+    p = modelmem.place([RESNET], "2x910A", dims={"batch": 64}, dtype="fp16", replicas=2)
+    assert p.fits
+    args = [RESNET, "--dim", "batch=64", "--dtype", "fp16", "--replicas", "2", "--devices",
+            "2x910A"]
+    assert p.report() == cli(*args)
+    assert p.emit("hami") == cli(*args, "--emit", "hami")
+    assert [r["device"] for r in p.replicas] == ["0", "1"]
+    assert [r["template"] for r in p.replicas] == ["vir02", "vir02"]
+    cap = p.cap(1, "vnpu")
+    assert cap["visible"] == 2184 << 20
+    assert int(cap["fraction"] * cap["visible"]) == cap["request"] == p.replicas[1]["request"]
+    assert cap["MODELMEM_ALLOC_CONF"] == f"pools:[resnet50:{cap['request'] >> 20}],default_pool:resnet50"
+
+
+def test_place_without_room_and_bad_input():
+    p = modelmem.place([RESNET], "1x1MiB", dims={"batch": 1})
+    assert not p.fits and len(p.messages) == 1
+    assert p.replicas[0]["device"] is None
+    with pytest.raises(modelmem.InvalidInputError):
+        p.emit("hami")
+    with pytest.raises(modelmem.InvalidInputError, match="--devices"):
+        modelmem.place([RESNET], "8xbanana", dims={"batch": 1})
+    with pytest.raises(modelmem.InvalidInputError, match="go with a list of ONNX files"):
+        modelmem.place("models.yaml", "8x910A", replicas=2)
