@@ -219,3 +219,27 @@ def test_no_placement_is_one_line_per_replica():
                         "--emit", "hami"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "do not fit" in r.stderr
+
+
+@pytest.mark.parametrize("text,message", [
+    ("models:\n  - model: tiny.onnx\n    replica: 2\n", "unknown key 'replica'"),
+    ("models: [tiny.onnx\n", "not valid YAML or JSON"),
+    ("models:\n  - model: missing.onnx\n", "missing.onnx: no such ONNX model file"),
+    ('{"models": [{"model": "tiny.onnx", "dtype": "fp8"}]}', "dtype fp8"),
+    ("models:\n  - model: tiny.onnx\n    replicas: 0\n", "replicas: a whole number"),
+])
+def test_bad_models_file_is_one_line_and_nothing_else(tmp_path, text, message):
+    (tmp_path / "tiny.onnx").write_bytes(open(os.path.join(MODELS, "tiny.onnx"), "rb").read())
+    path = tmp_path / "models.yaml"
+    path.write_text(text)
+    r = subprocess.run([CLI, "place", "--models", str(path), "--devices", "8x910A"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_devices_file_and_heuristic_beyond_the_exact_limit(models_file):
+    nodes = os.path.join(SOURCE, "examples", "fleet", "nodes.yaml")
+    out = place("--models", models_file, "--devices", nodes, "--exact-limit", "3")
+    assert "best-fit decreasing (5 replicas > 3" in out
+    assert "atlas-a/0" in out and "gpu-b/3" in out
