@@ -277,6 +277,11 @@ std::string emit_hami(const Placement& pl, const EmitOptions& o) {
     const ContainerCap c = one_cap(pl, m, Target::kHami, "Deployment");
     const std::string& name = pl.models[m].name;
     Json pod_spec = Json::object();
+    // Replicas all placed on one node stay there (the packing holds on that node's devices).
+    std::set<std::string> nodes;
+    for (std::size_t i : reps) nodes.insert(device_of(pl, i).node);
+    if (nodes.size() == 1 && !nodes.begin()->empty())
+      pod_spec["nodeSelector"] = {{"kubernetes.io/hostname", *nodes.begin()}};
     if (device_kind(device_of(pl, reps[0]).kind).ascend) pod_spec["runtimeClassName"] = "ascend";
     pod_spec["containers"] =
         Json::array({container(pl, m, c, {{"limits", limits_hami(pl, reps[0])}})});

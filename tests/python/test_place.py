@@ -243,3 +243,7 @@ def test_devices_file_and_heuristic_beyond_the_exact_limit(models_file):
     out = place("--models", models_file, "--devices", nodes, "--exact-limit", "3")
     assert "best-fit decreasing (5 replicas > 3" in out
     assert "atlas-a/0" in out and "gpu-b/3" in out
+    for d in documents(place("--models", models_file, "--devices", nodes, "--emit", "hami")):
+        loads_unchanged(d, "V1Deployment")
+        assert d["spec"]["template"]["spec"]["nodeSelector"] == {
+            "kubernetes.io/hostname": "atlas-a"}
