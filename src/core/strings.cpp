@@ -30,4 +30,30 @@ std::string format_double(double d) {
   return buf;
 }
 
+namespace {
+
+bool pool_name_char(char ch) noexcept {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_' || ch == '-' || ch == '.';
+}
+
+}  // namespace
+
+std::string pool_name_rule() {
+  return "1 to " + std::to_string(kPoolNameMax) + " of A-Z a-z 0-9 _ - .";
+}
+
+bool valid_pool_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > kPoolNameMax) return false;
+  for (char ch : name)
+    if (!pool_name_char(ch)) return false;
+  return true;
+}
+
+std::string pool_name_from(std::string_view text) {
+  std::string out;
+  for (char ch : text.substr(0, kPoolNameMax - 4)) out += pool_name_char(ch) ? ch : '_';
+  return out.empty() ? "model" : out;
+}
+
 }  // namespace modelmem::core

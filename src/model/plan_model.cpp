@@ -12,6 +12,7 @@
 #include <set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/plan/solver.hpp"
 
 namespace modelmem::model {
@@ -192,15 +193,13 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
     ModelShare s;
     s.model = paths[i];
     std::string stem = std::filesystem::path(paths[i]).stem().string();
-    std::string pool;
-    // Pool names are 1-47 characters of A-Z a-z 0-9 _ - . (docs/config.md).
-    for (char c : stem)
-      pool +=
-          std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ? c : '_';
-    if (pool.empty()) pool = "model";
-    pool = pool.substr(0, 40);
+    // The pool-name rule (core::valid_pool_name); a suffix _N keeps names unique.
+    std::string pool = core::pool_name_from(stem);
     const std::string base = pool;
     for (int n = 2; taken.count(pool); ++n) pool = fmt::format("{}_{}", base, n);
+    if (!core::valid_pool_name(pool))
+      throw InvalidInput(fmt::format("{}: no pool name follows the rule ({}) for this model",
+                                     paths[i], core::pool_name_rule()));
     taken.insert(pool);
     s.pool = pool;
     s.weights = mp.weights_bytes;

@@ -9,7 +9,9 @@
 
 #include "builder.hpp"
 
+#include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 
@@ -232,6 +234,19 @@ TEST(PlanDevice, NeedsAddUpAndStringsFollowTheFormat) {
       plan_device({kModels + "tiny.onnx", kModels + "tiny.onnx", kModels + "tiny.onnx"},
                   tiny_options(), std::size_t{1} << 20);
   EXPECT_EQ(thrice.models[2].pool, "tiny_3");
+  // Names made from long or odd file names follow the one pool-name rule, and the string plan
+  // prints is accepted by the pools key.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "modelmem_pool_names";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path odd = dir / (std::string(60, 'm') + " v2 (final).onnx");
+  std::filesystem::copy_file(kModels + "tiny.onnx", odd,
+                             std::filesystem::copy_options::overwrite_existing);
+  DevicePlan long_names = plan_device({odd.string(), odd.string()}, tiny_options(), 1 << 20);
+  for (const ModelShare& m : long_names.models)
+    EXPECT_TRUE(modelmem::core::valid_pool_name(m.pool)) << m.pool;
+  EXPECT_EQ(long_names.models[1].pool, long_names.models[0].pool + "_2");
+  EXPECT_EQ(modelmem::config::parse_pools(long_names.config_string_all().substr(6)).size(), 2u);
+  std::filesystem::remove_all(dir);
   // A dim no model has is an error.
   PlanOptions bad = tiny_options();
   bad.dims["nope"] = 3;

@@ -21,4 +21,17 @@ std::string printable(std::string_view s, std::size_t max_len = 60);
 /// `d` in the shortest "%g" spelling: "1.2", "1", "0.05", "1e+20".
 std::string format_double(double d);
 
+/// The one pool-name rule (the pools key, default_pool, modelmem.pool(), the pool push
+/// functions of every library, and the names `plan` makes from model file names): 1 to
+/// kPoolNameMax characters of A-Z a-z 0-9 _ - . (a monitor record holds the name whole).
+inline constexpr std::size_t kPoolNameMax = 47;
+/// The rule in words, for messages: "1 to 47 of A-Z a-z 0-9 _ - .".
+std::string pool_name_rule();
+/// Whether `name` follows the rule.
+bool valid_pool_name(std::string_view name) noexcept;
+/// A name that follows the rule made from any text (a file name's stem): every other character
+/// becomes '_', cut to leave room for a "_N" suffix (kPoolNameMax - 4 characters); "model" for
+/// an empty text.
+std::string pool_name_from(std::string_view text);
+
 }  // namespace modelmem::core
