@@ -1,4 +1,5 @@
-// `modelmem config [STRING]`: parses a configuration string (default: $MODELMEM_ALLOC_CONF),
+// `modelmem config [STRING]`: parses a configuration string (default: $MODELMEM_ALLOC_CONF, else
+// torch_npu's $PYTORCH_NPU_ALLOC_CONF translated),
 // builds the allocator stack exactly as a program would, and prints what it got: every key's
 // effective value, the device, the virtual-memory probe and any fallback taken.
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include "command.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/config/torch_npu.hpp"
 
 namespace modelmem::tools {
 namespace {
@@ -25,9 +27,18 @@ int run(const Args& args) {
   std::string text = args.text;
   std::string from = "the argument";
   if (!args.given) {
-    const char* env = std::getenv("MODELMEM_ALLOC_CONF");
-    text = env ? env : "";
-    from = env ? "MODELMEM_ALLOC_CONF" : "defaults (MODELMEM_ALLOC_CONF is not set)";
+    // What the environment's setting builds, read as the NPU library reads it.
+    const config::EnvironmentConf env = config::environment_conf();
+    text = env.text;
+    if (env.variable.empty()) {
+      from = "defaults (MODELMEM_ALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are not set)";
+    } else if (env.translated) {
+      // torch_npu's variable is read by the NPU library, which builds on the NPU.
+      text = text.empty() ? "device:npu" : "device:npu," + text;
+      from = env.variable + ", torch_npu's, translated as libmodelmem_npu_alloc.so reads it";
+    } else {
+      from = env.variable;
+    }
   }
   std::fputs(config::config_report(text, from).c_str(), stdout);
   return 0;
@@ -37,7 +48,8 @@ void setup(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "config",
-      "Parse an allocator configuration (default: $MODELMEM_ALLOC_CONF), build the stack as a "
+      "Parse an allocator configuration (default: $MODELMEM_ALLOC_CONF, else torch_npu's "
+      "$PYTORCH_NPU_ALLOC_CONF translated), build the stack as a "
       "program would, and print every effective setting, the probe's result and the fallback");
   cmd->add_option("STRING", args->text, "key:value,key:value (see --keys)");
   cmd->add_flag("--keys", args->keys, "List every key as a Markdown table and exit");

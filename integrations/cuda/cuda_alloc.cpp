@@ -18,6 +18,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
@@ -39,7 +40,7 @@ struct Slot {
   std::shared_ptr<alloc::Allocator> allocator;
   std::string error;
   std::string describe;
-  monitor::PoolRegistration registration;
+  std::vector<monitor::PoolRegistration> registrations;
 };
 
 Slot* slots() {
@@ -54,8 +55,7 @@ void build_slot(Slot& s, int index) {
     config::Built b = config::build(config, device::make_cuda_device(index));
     s.allocator = b.allocator;
     s.describe = b.allocator->describe();
-    s.registration = monitor::publish(
-        s.allocator, config::pool_info(config, b, "pytorch", "cuda:" + std::to_string(index)));
+    s.registrations = config::publish_stack(config, b, "pytorch", "cuda:" + std::to_string(index));
     if (const char* v = std::getenv("MODELMEM_VERBOSE"); v != nullptr && *v == '1') {
       std::fprintf(stderr, "modelmem: cuda:%d: %s\n", index, s.describe.c_str());
     }
@@ -148,4 +148,44 @@ MODELMEM_EXPORT const char* modelmem_cuda_describe(int device) {
     text = std::string("error: ") + e.what();
   }
   return text.c_str();
+}
+
+// ---- per-model pools in one process (pools:[NAME:MiB,...] in MODELMEM_ALLOC_CONF) ----
+
+namespace {
+
+thread_local std::string last_error;
+
+// The stack the thread's selection applies to: the current GPU's (every GPU's stack is built
+// from the same string, so the selection, kept per thread, routes on each of them).
+alloc::Allocator* selection_stack() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
+  try {
+    return &allocator_for(device);
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+/// Selects pool `name` for the calling thread's later allocations on every GPU (nested; each
+/// push is ended by one pop). 0 when selected; 1 when MODELMEM_ALLOC_CONF has no pools (nothing
+/// to route); -1 when `name` is not one of them (modelmem_cuda_last_error() says why).
+MODELMEM_EXPORT int modelmem_cuda_pool_push(const char* name) {
+  alloc::Allocator* a = selection_stack();
+  return a == nullptr ? -1 : config::push_pool(*a, name, last_error);
+}
+
+/// Ends the calling thread's innermost selection: 0; 1 without pools; -1 when none was selected.
+MODELMEM_EXPORT int modelmem_cuda_pool_pop() {
+  alloc::Allocator* a = selection_stack();
+  return a == nullptr ? -1 : config::pop_pool(*a, last_error);
+}
+
+/// Why the calling thread's last pool selection failed ("" when none did).
+MODELMEM_EXPORT const char* modelmem_cuda_last_error() {
+  return last_error.c_str();
 }

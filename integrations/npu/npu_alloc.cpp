@@ -8,11 +8,11 @@
 //
 // One allocator stack per device, built at the device's first allocation from the config
 // string (MODELMEM_ALLOC_CONF, else torch_npu's PYTORCH_NPU_ALLOC_CONF / PYTORCH_ALLOC_CONF
-// translated, see npu_conf.hpp) on the ACL device "npu:N", and published to `modelmem info` as
-// pool MODELMEM_POOL_NAME (default "npu"). A failed allocation returns NULL (the framework raises
-// its own out-of-memory error; modelmem_npu_last_error() says why); nothing here aborts or lets
-// an exception out. The stacks are never destroyed: at interpreter exit the runtime may already
-// be finalised, and the driver reclaims everything anyway.
+// translated, see config/torch_npu.hpp) on the ACL device "npu:N", and published to `modelmem info`
+// as pool MODELMEM_POOL_NAME (default "npu"). A failed allocation returns NULL (the framework
+// raises its own out-of-memory error; modelmem_npu_last_error() says why); nothing here aborts or
+// lets an exception out. The stacks are never destroyed: at interpreter exit the runtime may
+// already be finalised, and the driver reclaims everything anyway.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -21,15 +21,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/config/publish.hpp"
+#include "modelmem/config/torch_npu.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/device/acl.hpp"
 #include "modelmem/monitor/publisher.hpp"
-#include "npu_conf.hpp"
 
 #define MODELMEM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -44,7 +45,7 @@ struct Slot {
   std::shared_ptr<alloc::Allocator> allocator;  // set once by build_slot, then read-only
   std::atomic<bool> built{false};
   std::string error;
-  monitor::PoolRegistration registration;
+  std::vector<monitor::PoolRegistration> registrations;
   std::atomic<double> fraction{0.0};  // set_memory_fraction before the first allocation; 0 = none
 };
 
@@ -62,16 +63,16 @@ bool verbose() {
 
 void build_slot(Slot& s, int index) {
   try {
-    npu::ConfText conf = npu::conf_from_env();
+    const config::EnvironmentConf conf = config::environment_conf();
     config::Config config = config::parse_config(conf.text);
     if (double f = s.fraction.load(); f > 0.0)
       config.values["per_process_memory_fraction"] = core::format_double(f);
     config::Built b = config::build(config, device::make_acl_device(index));
     s.allocator = b.allocator;
-    s.registration = monitor::publish(
-        s.allocator, config::pool_info(config, b, "npu", "npu:" + std::to_string(index)));
+    s.registrations = config::publish_stack(config, b, "npu", "npu:" + std::to_string(index));
     if (verbose())
-      std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index, conf.source.c_str(),
+      std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index,
+                   conf.variable.empty() ? "defaults" : conf.variable.c_str(),
                    s.allocator->describe().c_str());
     s.built.store(true, std::memory_order_release);
   } catch (const std::exception& e) {
@@ -107,6 +108,19 @@ alloc::Allocator* built(int device) {
   return s.built.load(std::memory_order_acquire) ? s.allocator.get() : nullptr;
 }
 
+// The advice an out-of-memory error ends with: what to change so the request fits.
+std::string what_to_change(const OomInfo& info) {
+  if (info.quota)
+    return "to change: raise the pool's quota in pools:[...] (modelmem plan MODEL --device-memory "
+           "SIZE gives each model's need), or give this model a smaller batch";
+  if (info.reserved > info.allocated && info.reserved - info.allocated >= info.requested)
+    return "to change: the free memory is cached in pieces; torch.npu.empty_cache() "
+           "(modelmem_npu_trim) returns it, and expandable_segments:True avoids it where the "
+           "device has virtual memory";
+  return "to change: the device is full; a smaller batch or fewer models on this NPU (modelmem "
+         "plan MODEL --device-memory SIZE shows what fits), or a static pool sized from the plan";
+}
+
 void* allocate_on(int device, std::size_t size, void* stream) {
   if (size == 0) {
     last_error = "allocation of 0 bytes";
@@ -116,9 +130,12 @@ void* allocate_on(int device, std::size_t size, void* stream) {
   if (a == nullptr) return nullptr;
   try {
     return a->allocate(size, reinterpret_cast<alloc::Stream>(stream));
+  } catch (const OutOfMemory& e) {
+    last_error = std::string("NPU out of memory: ") + e.what() + "; " + what_to_change(e.info());
+    if (verbose()) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
+    return nullptr;
   } catch (const std::exception& e) {
-    last_error =
-        std::string(dynamic_cast<const OutOfMemory*>(&e) ? "NPU out of memory: " : "") + e.what();
+    last_error = e.what();
     if (verbose()) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
     return nullptr;
   }
@@ -152,7 +169,7 @@ MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, v
 /// stacks are still built at each device's first allocation.
 MODELMEM_EXPORT void modelmem_npu_init(int device_count) {
   try {
-    config::parse_config(npu::conf_from_env().text);
+    config::parse_config(config::environment_conf().text);
     device::AclAvailability a = device::acl_availability();
     if (!a.available)
       std::fprintf(stderr, "modelmem: %s\n", a.reason.c_str());
@@ -230,6 +247,37 @@ MODELMEM_EXPORT void modelmem_ms_free(void* ptr, size_t /*size*/, void* /*stream
     }
   }
   std::fprintf(stderr, "modelmem: free of %p failed: %s\n", ptr, why.c_str());
+}
+
+// ---- per-model pools in one process (pools:[NAME:MiB,...] in the configuration) ----
+
+namespace {
+
+// The stack the thread's pool selection applies to: the current device's (every device's stack
+// is built from the same string, so the selection, kept per thread, routes on each of them).
+alloc::Allocator* selection_stack() {
+  const int current = device::acl_current_device();
+  return allocator_for(current < 0 ? 0 : current);
+}
+
+}  // namespace
+
+/// Selects pool `name` for the calling thread's later allocations on every NPU (nested; each
+/// push is ended by one pop). 0 when selected; 1 when the configuration has no pools (nothing to
+/// route); -1 when `name` is not one of them or the stack cannot be built
+/// (modelmem_npu_last_error() says why).
+MODELMEM_EXPORT int modelmem_npu_pool_push(const char* name) {
+  alloc::Allocator* a = selection_stack();
+  if (a == nullptr) return -1;
+  return config::push_pool(*a, name, last_error);
+}
+
+/// Ends the calling thread's innermost pool selection: 0; 1 without pools; -1 when none was
+/// selected.
+MODELMEM_EXPORT int modelmem_npu_pool_pop() {
+  alloc::Allocator* a = selection_stack();
+  if (a == nullptr) return -1;
+  return config::pop_pool(*a, last_error);
 }
 
 // ---- step marks, statistics, maintenance ----

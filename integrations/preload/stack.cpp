@@ -59,6 +59,7 @@ Stack build_stack(const std::string& conf, const std::string& trace_path, bool c
 
 std::string preflight(const std::string& conf, const std::string& trace_path) {
   try {
+    config::QuietWarnings quiet;  // the preloaded program prints the fallback warning itself
     Stack s = build_stack(conf, trace_path, /*check_only=*/true);
     return "";
   } catch (const std::exception& e) {

@@ -5,7 +5,10 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -14,10 +17,12 @@
 #include "common.hpp"
 #include "frames.h"
 #include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "modelmem/trace/trace.hpp"
@@ -280,13 +285,81 @@ void end_step() {
 }
 #endif
 
+// The pools:[...] of the configuration string in use (the CPU allocator's, else
+// MODELMEM_ALLOC_CONF, the string the NPU and CUDA libraries read); empty when it has none.
+std::vector<config::PoolQuota> configured_pools(const State& s) {
+  const char* env = std::getenv("MODELMEM_ALLOC_CONF");
+  const std::string text = s.allocator ? s.config : env != nullptr ? env : "";
+  config::Config c = parse_config(text);
+  return c.has("pools") ? config::parse_pools(c.get("pools")) : std::vector<config::PoolQuota>{};
+}
+
+// The NPU and CUDA pluggable libraries loaded in this process (by torch_npu or PyTorch, through
+// their sonames), with their pool-selection functions.
+struct DeviceLibrary {
+  const char* soname;
+  const char* push;
+  const char* pop;
+  const char* error;
+};
+constexpr DeviceLibrary kDeviceLibraries[] = {
+    {"libmodelmem_npu_alloc.so", "modelmem_npu_pool_push", "modelmem_npu_pool_pop",
+     "modelmem_npu_last_error"},
+    {"libmodelmem_cuda_alloc.so", "modelmem_cuda_pool_push", "modelmem_cuda_pool_pop",
+     "modelmem_cuda_last_error"}};
+
+// Per thread, per `with pool:` level: the libraries whose selection it pushed (held open).
+thread_local std::vector<std::vector<std::pair<void*, const DeviceLibrary*>>> t_device_pushes;
+
+// Selects `name` in every loaded device library that has pools; returns how many did.
+std::size_t push_device_pools(const std::string& name) {
+  std::vector<std::pair<void*, const DeviceLibrary*>> pushed;
+  auto undo = [&] {
+    for (auto& [h, lib] : pushed) {
+      reinterpret_cast<int (*)()>(dlsym(h, lib->pop))();
+      dlclose(h);
+    }
+  };
+  for (const DeviceLibrary& lib : kDeviceLibraries) {
+    void* h = dlopen(lib.soname, RTLD_NOLOAD | RTLD_LAZY);
+    if (h == nullptr) continue;
+    auto push = reinterpret_cast<int (*)(const char*)>(dlsym(h, lib.push));
+    auto pop = dlsym(h, lib.pop);
+    if (push == nullptr || pop == nullptr) {
+      dlclose(h);
+      continue;
+    }
+    const int rc = push(name.c_str());
+    if (rc < 0) {
+      auto error = reinterpret_cast<const char* (*)()>(dlsym(h, lib.error));
+      std::string why = error != nullptr ? error() : "";
+      dlclose(h);
+      undo();
+      throw InvalidInput(fmt::format("pool '{}': {}: {}", name, lib.soname, why));
+    }
+    if (rc == 0)
+      pushed.emplace_back(h, &lib);
+    else
+      dlclose(h);  // that library's string has no pools: nothing to route there
+  }
+  const std::size_t n = pushed.size();
+  t_device_pushes.push_back(std::move(pushed));
+  return n;
+}
+
+void pop_device_pools() {
+  if (t_device_pushes.empty()) return;
+  for (auto& [h, lib] : t_device_pushes.back()) {
+    reinterpret_cast<int (*)()>(dlsym(h, lib->pop))();
+    dlclose(h);
+  }
+  t_device_pushes.pop_back();
+}
+
 std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota) {
-  if (name.empty() || name.size() > 31)
-    throw InvalidInput(fmt::format("pool name '{}': 1 to 31 characters", name));
-  for (char c : name)
-    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e || c == ',')
-      throw InvalidInput(
-          fmt::format("pool name '{}': printable characters, no spaces or commas", name));
+  if (!core::valid_pool_name(name))
+    throw InvalidInput(
+        fmt::format("'{}' is not a pool name ({})", core::printable(name), core::pool_name_rule()));
   std::optional<std::size_t> q;
   if (!quota.is_none()) {
     if (!py::isinstance<py::int_>(quota) || py::isinstance<py::bool_>(quota) ||
@@ -295,9 +368,24 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
           fmt::format("pool '{}': quota must be a positive number of bytes or None", name));
     q = quota.cast<std::size_t>();
   }
-  require_installed("modelmem.pool");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  // The quota of a pool the configuration string lists, without retyping it.
+  const std::vector<config::PoolQuota> listed = configured_pools(s);
+  std::optional<std::size_t> configured;
+  for (const auto& p : listed)
+    if (p.name == name) configured = p.bytes;
+  if (!listed.empty() && !configured) {
+    std::string names;
+    for (const auto& p : listed) names += (names.empty() ? "" : ", ") + p.name;
+    throw InvalidInput(
+        fmt::format("pool '{}' is not one of the configuration's pools ({})", name, names));
+  }
+  if (configured && q && *q != *configured)
+    throw InvalidInput(
+        fmt::format("pool '{}' has quota {} in the configuration's pools; asked for {}", name,
+                    *configured, *q));
+  if (configured) q = configured;
   if (auto it = s.pools.find(name); it != s.pools.end()) {
     if (it->second->quota != q)
       throw InvalidInput(
@@ -309,6 +397,20 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
   auto p = std::make_shared<Pool>();
   p->name = name;
   p->quota = q;
+  if (!s.allocator) {  // no CPU allocator: the pool routes the device libraries' allocations
+    s.pools.emplace(name, p);
+    return p;
+  }
+  if (auto* router = dynamic_cast<alloc::PoolRouter*>(s.allocator.get())) {
+    // The CPU allocator's own pool of that name (its quota behind a QuotaAdaptor).
+    for (const alloc::NamedPool& named : router->pools())
+      if (named.name == name) {
+        p->allocator = named.allocator;
+        p->adaptor = std::dynamic_pointer_cast<alloc::QuotaAdaptor>(named.allocator);
+      }
+    s.pools.emplace(name, p);
+    return p;
+  }
   p->upstream = build_allocator(s.config);
   p->upstream->set_listener(&s.tap);
   if (q) {
@@ -439,6 +541,7 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
       .def_property_readonly(
           "used",
           [](const Pool& p) -> std::size_t {
+            if (!p.allocator) return 0;
             return p.adaptor
                        ? p.adaptor->used()
                        : static_cast<std::size_t>(p.allocator->stats().allocated_bytes.all.current);
@@ -447,21 +550,38 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
       .def_property_readonly(
           "peak_used",
           [](const Pool& p) -> std::size_t {
+            if (!p.allocator) return 0;
             return p.adaptor
                        ? p.adaptor->peak_used()
                        : static_cast<std::size_t>(p.allocator->stats().allocated_bytes.all.peak);
           })
       .def(
-          "stats", [](const Pool& p) { return stats_dict(p.allocator->stats()); },
+          "stats",
+          [](const Pool& p) {
+            return stats_dict(p.allocator ? p.allocator->stats() : alloc::Stats{});
+          },
           "PyTorch memory_stats() keys for this pool.")
       .def("__enter__",
            [](std::shared_ptr<Pool> p) {
-             t_previous_routes.push_back(current_route());
-             route(p->allocator);
+             const std::size_t devices = push_device_pools(p->name);
+             if (!p->allocator && devices == 0) {
+               pop_device_pools();
+               throw Unsupported(fmt::format(
+                   "modelmem.pool('{}') routes allocations made through modelmem: call "
+                   "modelmem.torch.use_cpu_allocator() first, or load libmodelmem_npu_alloc.so / "
+                   "libmodelmem_cuda_alloc.so with pools:[...] in MODELMEM_ALLOC_CONF",
+                   p->name));
+             }
+             if (p->allocator) {
+               t_previous_routes.push_back(current_route());
+               route(p->allocator);
+             }
              return p;
            })
       .def("__exit__",
-           [](Pool&, py::object, py::object, py::object) {
+           [](Pool& p, py::object, py::object, py::object) {
+             pop_device_pools();
+             if (!p.allocator) return false;
              std::shared_ptr<alloc::Allocator> prev;
              if (!t_previous_routes.empty()) {
                prev = std::move(t_previous_routes.back());
@@ -477,8 +597,10 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
   m.def("pool", &get_pool, py::arg("name"), py::arg("quota") = py::none(),
         R"(The per-model pool `name` (created on first use with `quota` bytes, or no quota with
 None), as a context manager: `with modelmem.pool("bert", quota=2 << 30): model(x)` routes the
-current thread's PyTorch CPU allocations to it. Needs modelmem.torch.use_cpu_allocator() first.
-The pool is built from the same config string; it shows in modelmem.info() and `modelmem info`.)");
+current thread's PyTorch CPU allocations to it (after modelmem.torch.use_cpu_allocator()), and its
+NPU / CUDA allocations when libmodelmem_npu_alloc.so / libmodelmem_cuda_alloc.so is loaded with
+pools:[...] in MODELMEM_ALLOC_CONF. With quota None, a pool the string's pools:[...] lists takes
+its quota from there. The pool shows in modelmem.info() and `modelmem info`.)");
 
   py::class_<Logger>(m, "MemoryLogger", R"(Records every allocation and free made through modelmem
 while active (`with modelmem.MemoryLogger() as log:`), each allocation with its Python caller

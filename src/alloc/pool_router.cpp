@@ -104,7 +104,7 @@ void PoolRouter::deallocate(void* ptr) {
 Stats PoolRouter::stats() const {
   Stats s = main_ ? main_->stats() : Stats{};
   for (const auto& p : pools_) s.merge(p.allocator->stats());
-  return s;
+  return with_warnings(s);
 }
 
 void PoolRouter::reset_peak() {

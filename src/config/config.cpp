@@ -110,7 +110,7 @@ std::string check_device(const std::string& key, std::string_view v) {
 
 std::string check_fallback(const std::string& key, std::string_view v) {
   if (v == "static" || v == "caching" || v == "error") return std::string(v);
-  bad(key, "expected static, caching or error, got '" + std::string(v) + "'");
+  bad(key, "expected caching, static or error, got '" + std::string(v) + "'");
 }
 
 std::string check_model_type(const std::string& key, std::string_view v) {
@@ -179,7 +179,7 @@ std::string check_pools(const std::string& key, std::string_view v) {
 
 std::string check_pool_name(const std::string& key, std::string_view v) {
   if (!valid_pool_name(v))
-    bad(key, "'" + std::string(v) + "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
+    bad(key, "'" + std::string(v) + "' is not a pool name (" + core::pool_name_rule() + ")");
   return std::string(v);
 }
 
@@ -208,8 +208,10 @@ std::vector<KeySpec> core_keys() {
         "caching pool grows one reserved range per stream by mapping pages (probes the device "
         "first)"},
        check_bool},
-      {{"fallback", "static", "static | caching | error",
-        "what to build when expandable segments are unsupported on the device"},
+      {{"fallback", "caching", "caching | static | error",
+        "what to build when expandable segments are unsupported on the device: caching "
+        "(torch_npu's: the caching pool with fixed-size segments), static (a static pool of "
+        "static_pool_mb, plan, model_type or per_process_memory_fraction) or error (refuse)"},
        check_fallback},
       {{"static_pool_mb", "", "MiB > 0", "size of a static pool (strategy:static or fallback)"},
        check_mb},

@@ -33,14 +33,6 @@ using detail::bad;
 using detail::kMiB;
 using detail::preset;
 
-// One line per distinct warning per process, as PyTorch's TORCH_WARN_ONCE does per call site.
-void warn_once(const std::string& text) {
-  static std::mutex mutex;
-  static std::set<std::string> printed;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (printed.insert(text).second) std::fprintf(stderr, "%s\n", text.c_str());
-}
-
 // A caching pool on a small device (a per-model pool's view of 16 MiB, a small device:limited)
 // takes segments of at most a quarter of it: with PyTorch's sizes, a 3 MiB request in a 4 MiB
 // pool would ask for a 20 MiB segment and fail, and an 8 MiB one in a 16 MiB pool would take
@@ -57,6 +49,32 @@ CachingOptions fit_segments(CachingOptions o, const device::Device& dev) {
 }
 
 }  // namespace
+
+namespace {
+thread_local bool t_quiet = false;
+}  // namespace
+
+QuietWarnings::QuietWarnings() noexcept : previous_(t_quiet) {
+  t_quiet = true;
+}
+QuietWarnings::~QuietWarnings() {
+  t_quiet = previous_;
+}
+
+// One line per distinct warning per process, as PyTorch's TORCH_WARN_ONCE does per call site.
+void detail::warn_once(const std::string& text) {
+  if (t_quiet) return;
+  static std::mutex mutex;
+  static std::set<std::string> printed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (printed.insert(text).second) std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+std::string detail::fallback_warning(const std::string& device, const std::string& reason,
+                                     const std::string& what) {
+  return "modelmem: expandable_segments is not supported on " + device + " (" + reason +
+         "); falling back to " + what;
+}
 
 CachingOptions caching_options(const Config& c) {
   CachingOptions o;
@@ -95,14 +113,22 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     s.source = "plan:" + path + ": arena " + format_bytes(plan.arena_bytes) + " + weights " +
                format_bytes(plan.weights_bytes) + " x " + core::format_double(factor);
   } else {
-    if (c.get("device") == "host" && dev.name().rfind("host", 0) == 0)
-      throw InvalidInput(
-          "config: a static pool on device:host needs static_pool_mb, plan or model_type (the "
-          "host's whole memory is no sensible default)");
+    // Without a size the pool is a fraction of the device only when the fraction is given (or
+    // the device is device:limited, whose capacity is): a whole host or NPU is no sensible pool.
+    if (!c.has("per_process_memory_fraction") && c.get("device") != "limited")
+      throw InvalidInput("config: a static pool on " + dev.name() +
+                         " needs its size: static_pool_mb, plan, model_type or "
+                         "per_process_memory_fraction (the whole device is no sensible default)");
     double fraction = c.get_double("per_process_memory_fraction");
     std::size_t total = dev.memory_info().total;
     s.bytes = static_cast<std::size_t>(std::floor(static_cast<double>(total) * fraction));
+    // What the device can give in one piece, its padding counted.
+    s.bytes = std::min(s.bytes, total - std::min(total, dev.allocation_overhead()));
     s.bytes -= s.bytes % kMiB;
+    if (s.bytes == 0)
+      throw InvalidInput("config: per_process_memory_fraction " + core::format_double(fraction) +
+                         " of " + dev.name() + "'s " + format_bytes(total) +
+                         " leaves no whole MiB for a static pool");
     s.source = "per_process_memory_fraction " + core::format_double(fraction) + " of " +
                dev.name() + " (" + format_bytes(total) + ")";
   }
@@ -117,6 +143,12 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
         (fraction < 1.0 ? "per_process_memory_fraction " + core::format_double(fraction) + " of "
                         : std::string()) +
         dev.name() + "'s " + format_bytes(total));
+  if (const std::size_t pad = dev.allocation_overhead(); s.bytes > total - std::min(total, pad))
+    throw InvalidInput("config: static pool of " + format_bytes_mib(s.bytes) + " (" + s.source +
+                       ") does not fit on " + dev.name() + ": its " + format_bytes(total) +
+                       " hold at most " + format_bytes(total - std::min(total, pad)) +
+                       " in one piece (the runtime adds " + std::to_string(pad) +
+                       " bytes of padding and alignment)");
   return s;
 }
 
@@ -257,27 +289,27 @@ Built build(const Config& c, device::DevicePtr base) {
   const std::string reason = probe.reason.empty() ? "no reason given" : probe.reason;
   b.probe = b.device->name() + ": virtual memory not supported (" + reason + ")";
   const std::string fallback = c.get("fallback");
-  const std::string head =
-      "modelmem: expandable_segments is not supported on " + b.device->name() + " (" + reason + ")";
   if (fallback == "error")
-    throw Unsupported(head.substr(std::string("modelmem: ").size()) +
-                      "; fallback:error forbids building anything else");
+    throw Unsupported("expandable_segments is not supported on " + b.device->name() + " (" +
+                      reason + "); fallback:error forbids building anything else");
   std::string warning;
   if (fallback == "static") {
     StaticSizing size = static_pool_size(c, *b.device);
-    warning = head + "; falling back to a static pool of " + format_bytes_mib(size.bytes);
+    warning = detail::fallback_warning(b.device->name(), reason,
+                                       "a static pool of " + format_bytes_mib(size.bytes));
     setting("expandable_segments", "True (unsupported here)");
     setting("fallback",
             "static: pool of " + format_bytes_mib(size.bytes) + " (" + size.source + ")");
     b.allocator = make_static(b.device, size);
   } else {
     options.expandable_segments = false;
-    warning = head + "; falling back to the caching pool with fixed-size segments";
+    warning = detail::fallback_warning(b.device->name(), reason,
+                                       "the caching pool with fixed-size segments");
     caching_settings(options);
     setting("fallback", "caching (fixed-size segments)");
     b.allocator = std::make_shared<CachingAllocator>(b.device, options);
   }
-  warn_once(warning);
+  detail::warn_once(warning);
   b.allocator->add_warning(warning);
   b.fallback_warning = warning;
   return b;

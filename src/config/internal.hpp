@@ -42,6 +42,13 @@ struct Preset {
 /// The preset named `name`; bad("model_type", ...) when there is none.
 const Preset& preset(const std::string& name);
 
+/// Prints `text` on stderr once per process (each distinct text once).
+void warn_once(const std::string& text);
+/// The one-line warning of a device without expandable segments, naming the device, the reason
+/// and `what` was built instead.
+std::string fallback_warning(const std::string& device, const std::string& reason,
+                             const std::string& what);
+
 /// build() for a Config with pools (pools.cpp).
 Built build_pools(const Config& config, device::DevicePtr base);
 

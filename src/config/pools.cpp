@@ -3,6 +3,7 @@
 // holds exactly the quota, so a pool can never take memory from another) behind a QuotaAdaptor,
 // and a PoolRouter in front that sends each thread's requests to the pool it selected.
 #include <string>
+#include <vector>
 
 #include "config/internal.hpp"
 #include "modelmem/alloc/pool_router.hpp"
@@ -23,13 +24,7 @@ using detail::kMiB;
 }  // namespace
 
 bool valid_pool_name(std::string_view name) {
-  if (name.empty() || name.size() > 47) return false;
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
-    if (!ok) return false;
-  }
-  return true;
+  return core::valid_pool_name(name);
 }
 
 std::vector<PoolQuota> parse_pools(std::string_view text) {
@@ -42,8 +37,8 @@ std::vector<PoolQuota> parse_pools(std::string_view text) {
     const std::string_view name = entry.key;
     const std::string_view mb_text = entry.value;
     if (!valid_pool_name(name))
-      throw InvalidInput("'" + std::string(name) +
-                         "' is not a pool name (1 to 47 of A-Z a-z 0-9 _ - .)");
+      throw InvalidInput("'" + std::string(name) + "' is not a pool name (" +
+                         core::pool_name_rule() + ")");
     std::size_t mb = 0;
     if (!detail::parse_uint(mb_text, mb) || mb == 0 || mb > kMaxMb)
       throw InvalidInput("pool " + std::string(name) + ": quota '" + std::string(mb_text) +
@@ -69,17 +64,31 @@ Config without_pools(const Config& c) {
 }
 
 // The pool's own configuration: the same strategy and keys, on a device that is already made.
-Config for_pool(const Config& c, std::size_t quota) {
+// `no_vm`: expandable segments were asked for and the device has no virtual memory, so the pool
+// is what the fallback builds (the one warning is given for the whole stack).
+Config for_pool(const Config& c, std::size_t quota, bool no_vm) {
   Config out = without_pools(c);
-  for (const char* k : {"device", "device_capacity_mb", "device_vmm", "huge_pages", "prefault",
-                        "static_pool_mb", "plan", "model_type", "safety_factor"})
+  const std::string strategy = out.get("strategy");
+  const bool expandable = strategy == "caching" && out.get_bool("expandable_segments");
+  const bool whole = strategy == "static" || (expandable && out.get("fallback") == "static");
+  std::vector<const char*> drop = {"device",     "device_capacity_mb", "device_vmm",
+                                   "huge_pages", "prefault",           "static_pool_mb",
+                                   "plan",       "model_type",         "safety_factor"};
+  if (no_vm && expandable) {
+    drop.insert(drop.end(), {"expandable_segments", "fallback"});
+    out.values["expandable_segments"] = "False";
+    if (whole) {
+      drop.insert(drop.end(), {"max_split_size_mb", "roundup_power2_divisions",
+                               "garbage_collection_threshold", "thread_cache_mb"});
+      out.values["strategy"] = "static";
+    }
+  }
+  for (const char* k : drop)
     std::erase_if(out.explicit_keys, [&](const std::string& e) { return e == k; });
   out.values["device"] = "host";
   // A static pool (strategy:static, or the static fallback of expandable segments) is the
   // whole quota.
-  const std::string strategy = out.get("strategy");
-  if (strategy == "static" || (strategy == "caching" && out.get_bool("expandable_segments") &&
-                               out.get("fallback") == "static")) {
+  if (whole) {
     out.values["static_pool_mb"] = std::to_string(quota / kMiB);
     out.explicit_keys.push_back("static_pool_mb");
   }
@@ -121,12 +130,32 @@ Built build_pools(const Config& c, device::DevicePtr base) {
     bad("pools", "the quotas" + std::string(main && sum != 0 ? " and the main stack's pool" : "") +
                      " add up to " + format_bytes(sum) + ", more than " + b.device->name() + "'s " +
                      format_bytes(total));
+  // Expandable segments in a pool map pages of the device's virtual memory through its view;
+  // without it, every pool is what the fallback builds, under the stack's one warning.
+  const bool expandable = c.get("strategy") == "caching" && c.get_bool("expandable_segments");
+  const device::VmProbe vm = expandable ? b.device->probe_virtual_memory() : device::VmProbe{};
+  const bool no_vm = expandable && !vm.supported;
+  std::string warning;
+  if (no_vm && !main) {
+    const std::string reason = vm.reason.empty() ? "no reason given" : vm.reason;
+    const std::string fallback = c.get("fallback");
+    if (fallback == "error")
+      throw Unsupported("expandable_segments is not supported on " + b.device->name() + " (" +
+                        reason + "); fallback:error forbids building anything else");
+    warning = fallback_warning(b.device->name(), reason,
+                               fallback == "static"
+                                   ? "a static pool of its quota in each pool"
+                                   : "the caching pool with fixed-size segments in each pool");
+    warn_once(warning);
+    b.fallback_warning = warning;
+    b.probe = b.device->name() + ": virtual memory not supported (" + reason + ")";
+  }
   std::vector<alloc::NamedPool> pools;
   std::string list;
   int index = 1;
   for (const auto& q : quotas) {
-    auto view = device::make_limited_device(b.device, q.bytes, false, index++);
-    Built inner = build(for_pool(c, q.bytes), view);
+    auto view = device::make_limited_device(b.device, q.bytes, expandable && vm.supported, index++);
+    Built inner = build(for_pool(c, q.bytes, no_vm), view);
     alloc::QuotaOptions qo;
     qo.name = q.name;
     qo.quota = q.bytes;
@@ -140,6 +169,7 @@ Built build_pools(const Config& c, device::DevicePtr base) {
   b.settings.emplace_back("default_pool",
                           default_pool.empty() ? "none (the main stack, no quota)" : default_pool);
   auto router = std::make_shared<alloc::PoolRouter>(main, pools, default_pool);
+  if (!warning.empty()) router->add_warning(warning);
   b.pools = pools;
   b.allocator = router;
   return b;

@@ -2,6 +2,12 @@
 #include "modelmem/config/publish.hpp"
 
 #include <cstdlib>
+#include <memory>
+
+#include "modelmem/alloc/pool_router.hpp"
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/core/strings.hpp"
 
 namespace modelmem::config {
 
@@ -10,6 +16,9 @@ monitor::PoolInfo pool_info(const Config& config, const Built& built,
   monitor::PoolInfo info;
   const char* name = std::getenv("MODELMEM_POOL_NAME");
   info.name = name != nullptr && *name ? name : default_name;
+  if (!core::valid_pool_name(info.name))
+    throw InvalidInput("MODELMEM_POOL_NAME: '" + core::printable(info.name) +
+                       "' is not a pool name (" + core::pool_name_rule() + ")");
   info.device = device;
   const std::string strategy = built.setting("strategy");
   info.strategy = strategy == "caching" && built.setting("expandable_segments") == "True"
@@ -17,6 +26,52 @@ monitor::PoolInfo pool_info(const Config& config, const Built& built,
                       : strategy;
   if (config.has("static_pool_mb")) info.budget = config.get_size_mb("static_pool_mb");
   return info;
+}
+
+std::vector<monitor::PoolRegistration> publish_stack(const Config& config, const Built& built,
+                                                     const std::string& default_name,
+                                                     const std::string& device) {
+  std::vector<monitor::PoolRegistration> out;
+  monitor::PoolInfo info = pool_info(config, built, default_name, device);
+  auto* router = dynamic_cast<alloc::PoolRouter*>(built.allocator.get());
+  if (router == nullptr) {
+    out.push_back(monitor::publish(built.allocator, info));
+    return out;
+  }
+  // The router owns the pools; each is shown on its own, as long as the stack lives (forever in
+  // the libraries).
+  if (router->main()) {
+    info.budget = 0;
+    out.push_back(monitor::publish(router->main(), info));
+  }
+  for (const alloc::NamedPool& p : router->pools())
+    out.push_back(monitor::publish(p.allocator, {p.name, device, info.strategy, p.quota}));
+  return out;
+}
+
+int push_pool(alloc::Allocator& stack, const char* name, std::string& why) {
+  auto* router = dynamic_cast<alloc::PoolRouter*>(&stack);
+  if (router == nullptr) return 1;
+  if (name == nullptr || !core::valid_pool_name(name)) {
+    why = "'" + core::printable(name ? name : "(null)") + "' is not a pool name (" +
+          core::pool_name_rule() + ")";
+    return -1;
+  }
+  try {
+    router->push_pool(name);
+    return 0;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return -1;
+  }
+}
+
+int pop_pool(alloc::Allocator& stack, std::string& why) {
+  auto* router = dynamic_cast<alloc::PoolRouter*>(&stack);
+  if (router == nullptr) return 1;
+  if (router->pop_pool()) return 0;
+  why = "no pool was selected on this thread";
+  return -1;
 }
 
 }  // namespace modelmem::config

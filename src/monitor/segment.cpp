@@ -8,11 +8,14 @@
 #include <cstring>
 #include <thread>
 
+#include "modelmem/core/strings.hpp"
+
 namespace modelmem::monitor {
 namespace {
 
 using Word = std::atomic<std::uint64_t>;
 static_assert(Word::is_always_lock_free, "the sequence lock needs lock-free 8-byte atomics");
+static_assert(kPoolNameBytes > core::kPoolNameMax, "a record holds every valid pool name whole");
 static_assert(sizeof(Word) == 8);
 
 // Header: word indices.

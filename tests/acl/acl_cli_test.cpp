@@ -46,7 +46,8 @@ std::size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-const char* kExpandable = "config device:npu,expandable_segments:True,static_pool_mb:256";
+// The seed's string, as examples/ascend/torch_npu_example.py gives it.
+const char* kExpandable = "config device:npu,expandable_segments:True";
 
 TEST(NpuConfigCli, VirtualMemoryPresentNoWarningAndExpandableSegments) {
   Result r = run("MODELMEM_EMULATED_ACL_VMM=present", kExpandable);
@@ -71,14 +72,45 @@ TEST(NpuConfigCli, VirtualMemoryUnsupportedOneWarningNamingDeviceCodeAndFallback
                   "(aclrtReserveMemAddress returned 207000 (feature not supported)"),
             1u)
       << r.err;
-  EXPECT_NE(r.err.find("falling back to a static pool of 256 MiB"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("allocator: static: one pool of 256.00 MiB on npu:0"), std::string::npos)
+  EXPECT_NE(r.err.find("falling back to the caching pool with fixed-size segments"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("allocator: caching on npu:0: small <= 1.00 MiB"), std::string::npos)
       << r.out;
 }
 
+TEST(NpuConfigCli, FallbackStaticOnlyWithASizeTheDeviceCanGive) {
+  Result r = run("MODELMEM_EMULATED_ACL_VMM=unsupported",
+                 "config device:npu,expandable_segments:True,fallback:static,static_pool_mb:256");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
+  EXPECT_NE(r.err.find("falling back to a static pool of 256 MiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("allocator: static: one pool of 256.00 MiB on npu:0"), std::string::npos)
+      << r.out;
+  // The whole device by fraction: what it can give in one piece, its padding counted.
+  r = run("MODELMEM_EMULATED_ACL_VMM=unsupported",
+          "config device:npu,expandable_segments:True,fallback:static,"
+          "per_process_memory_fraction:1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("falling back to a static pool of 1023 MiB"), std::string::npos) << r.err;
+  // The whole device by size: refused before any device call, naming the padding.
+  r = run("MODELMEM_EMULATED_ACL_VMM=unsupported",
+          "config device:npu,expandable_segments:True,fallback:static,static_pool_mb:1024");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("does not fit on npu:0: its 1.00 GiB hold at most"), std::string::npos)
+      << r.err;
+  // No size: refused naming the keys.
+  r = run("MODELMEM_EMULATED_ACL_VMM=unsupported",
+          "config device:npu,expandable_segments:True,fallback:static");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("needs its size: static_pool_mb, plan, model_type or "
+                       "per_process_memory_fraction"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(NpuConfigCli, VirtualMemoryAbsentOneWarningNamingTheMissingSymbol) {
-  Result r = run("MODELMEM_EMULATED_ACL_VMM=absent",
-                 "config device:npu,expandable_segments:True,fallback:caching");
+  Result r = run("MODELMEM_EMULATED_ACL_VMM=absent", kExpandable);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
   EXPECT_EQ(count(r.err, "modelmem: expandable_segments is not supported on npu:0 ("), 1u) << r.err;
@@ -88,6 +120,25 @@ TEST(NpuConfigCli, VirtualMemoryAbsentOneWarningNamingTheMissingSymbol) {
       << r.err;
   EXPECT_NE(r.out.find("allocator: caching on npu:0: small <= 1.00 MiB"), std::string::npos)
       << r.out;
+}
+
+TEST(NpuConfigCli, WithoutAStringPreviewsTheEnvironmentsSettingAndSaysWhichItRead) {
+  Result r = run("PYTORCH_NPU_ALLOC_CONF=expandable_segments:True MODELMEM_EMULATED_ACL_VMM=absent",
+                 "config");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("config: \"device:npu,expandable_segments:True\" (from "
+                       "PYTORCH_NPU_ALLOC_CONF, torch_npu's, translated as "
+                       "libmodelmem_npu_alloc.so reads it)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(count(r.err, "falling back to the caching pool with fixed-size segments"), 1u) << r.err;
+  r = run("PYTORCH_NPU_ALLOC_CONF=page_size:1g", "config");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("PYTORCH_NPU_ALLOC_CONF: page_size is not supported by modelmem"),
+            std::string::npos)
+      << r.err;
+  r = run("MODELMEM_ALLOC_CONF=device:npu,strategy:static,static_pool_mb:64", "config");
+  EXPECT_NE(r.out.find("(from MODELMEM_ALLOC_CONF)"), std::string::npos) << r.out;
 }
 
 TEST(NpuConfigCli, FallbackErrorRefuses) {

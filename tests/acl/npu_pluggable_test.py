@@ -31,7 +31,8 @@ EXPORTS = ["modelmem_npu_alloc", "modelmem_npu_free", "modelmem_ms_alloc", "mode
            "modelmem_npu_init", "modelmem_npu_reset", "modelmem_npu_memory_fraction",
            "modelmem_npu_begin_step", "modelmem_npu_end_step", "modelmem_npu_stats",
            "modelmem_npu_reset_peak", "modelmem_npu_trim", "modelmem_npu_describe",
-           "modelmem_npu_warning", "modelmem_npu_last_error"]
+           "modelmem_npu_warning", "modelmem_npu_last_error", "modelmem_npu_pool_push",
+           "modelmem_npu_pool_pop"]
 
 
 class EmulatedAclState(ctypes.Structure):
@@ -62,6 +63,7 @@ def load():
     for f in ("modelmem_npu_describe", "modelmem_npu_warning", "modelmem_npu_last_error"):
         getattr(lib, f).restype = ctypes.c_char_p
     lib.modelmem_npu_stats.argtypes = [i, ctypes.POINTER(ctypes.c_ulonglong), i]
+    lib.modelmem_npu_pool_push.argtypes = [ctypes.c_char_p]
     return acl, lib
 
 
@@ -160,6 +162,121 @@ def child_torch_npu():
     print("warning:", lib.modelmem_npu_warning(0).decode())
     # After the first allocation the fraction cannot change: a message, no effect.
     lib.modelmem_npu_memory_fraction(0.5, 0)
+
+
+def child_seed():
+    """The seed's setting as torch_npu runs it: every allocation served, more than the device
+    is NULL and the next one works, the warning (if any) printed for the test to count."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    lib.modelmem_npu_init(1)
+    s = stream(acl)
+    capacity = int(os.environ["MODELMEM_EMULATED_ACL_MEMORY_MB"]) * MiB
+    alloc = lambda size: lib.modelmem_npu_alloc(size, 0, s)
+    free = lambda p, size: lib.modelmem_npu_free(p, size, 0, s)
+    blocks, live = random_use(alloc, free, random.Random(11), 600,
+                              min(40, capacity // MiB // 16))
+    assert lib.modelmem_npu_alloc(capacity + MiB, 0, s) is None
+    assert "NPU out of memory" in lib.modelmem_npu_last_error().decode()
+    p = alloc(3 * MiB)
+    assert p, lib.modelmem_npu_last_error()
+    free(p, 3 * MiB)
+    for p in list(live):
+        free(p, blocks.remove(p))
+    assert stats(lib)["allocated"] == 0
+    print("describe:", lib.modelmem_npu_describe(0).decode())
+    print("warning:", lib.modelmem_npu_warning(0).decode())
+
+
+def child_pools():
+    """Two models in one torch_npu process, each thread in its pool (pools:[bert:200,resnet:100])."""
+    acl, lib = load()
+    results = {}
+
+    def model(name, fits, breach):
+        assert acl.aclrtSetDevice(0) == 0
+        assert lib.modelmem_npu_pool_push(name.encode()) == 0, lib.modelmem_npu_last_error()
+        p = lib.modelmem_npu_alloc(fits * MiB, 0, None)
+        q = lib.modelmem_npu_alloc(breach * MiB, 0, None)
+        results[name] = (p, q, lib.modelmem_npu_last_error().decode())
+        lib.modelmem_npu_free(p, fits * MiB, 0, None)
+        assert lib.modelmem_npu_pool_pop() == 0
+        assert lib.modelmem_npu_pool_pop() == -1
+
+    threads = [threading.Thread(target=model, args=("bert", 150, 100)),
+               threading.Thread(target=model, args=("resnet", 80, 30))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in ("bert", "resnet"):
+        p, q, why = results[name]
+        assert p and q is None, (name, results[name])
+        assert "pool '%s' would exceed its quota" % name in why, why
+    # The main stack (no pool selected) has no quota; the breaches took nothing from it.
+    assert acl.aclrtSetDevice(0) == 0
+    big = lib.modelmem_npu_alloc(500 * MiB, 0, None)
+    assert big, lib.modelmem_npu_last_error()
+    lib.modelmem_npu_free(big, 500 * MiB, 0, None)
+    assert lib.modelmem_npu_pool_push(b"nope") == -1
+    print("why:", lib.modelmem_npu_last_error().decode())
+    print("describe:", lib.modelmem_npu_describe(0).decode())
+
+
+def child_no_pools():
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    assert lib.modelmem_npu_pool_push(b"bert") == 1  # nothing to route
+    assert lib.modelmem_npu_pool_pop() == 1
+
+
+def child_planned_inferences():
+    """Scenario (b): a static pool sized from the plan; the model's buffers of several inferences
+    (from the plan's JSON: size, first and last step) served with no device call after the
+    warm-up."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    with open(os.environ["PLAN_JSON"]) as f:
+        plan = json.load(f)
+    weights = lib.modelmem_npu_alloc(plan["weights_bytes"], 0, None)
+    assert weights, lib.modelmem_npu_last_error()
+    buffers = plan["buffers"]
+    last = max(b["end"] for b in buffers)
+    device_allocs = []
+    for inference in range(4):
+        live = {}
+        for step in range(last + 2):
+            for i in [i for i, b in live.items() if buffers[i]["end"] < step]:
+                lib.modelmem_npu_free(live.pop(i), buffers[i]["size"], 0, None)
+            for i, b in enumerate(buffers):
+                if b["start"] == step:
+                    p = lib.modelmem_npu_alloc(b["size"], 0, None)
+                    assert p, (inference, step, lib.modelmem_npu_last_error())
+                    live[i] = p
+        assert not live
+        device_allocs.append(stats(lib)["device_allocs"])
+    assert device_allocs[1:] == [device_allocs[0]] * 3, device_allocs  # none after the warm-up
+    print("device allocations:", device_allocs)
+    print("describe:", lib.modelmem_npu_describe(0).decode())
+
+
+def child_full_device():
+    """Scenario (f): the device full; NULL with the numbers and what to change, then it works."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    held = []
+    while True:
+        p = lib.modelmem_npu_alloc(30 * MiB, 0, None)
+        if not p:
+            break
+        held.append(p)
+    print("error:", lib.modelmem_npu_last_error().decode())
+    lib.modelmem_npu_free(held.pop(), 30 * MiB, 0, None)
+    p = lib.modelmem_npu_alloc(30 * MiB, 0, None)
+    assert p, lib.modelmem_npu_last_error()
+    held.append(p)
+    for p in held:
+        lib.modelmem_npu_free(p, 30 * MiB, 0, None)
 
 
 def child_mindspore():
@@ -347,10 +464,67 @@ class NpuPluggable(unittest.TestCase):
                           lines[0])
             self.assertIn("warning: " + lines[0], r.stdout)
 
+    def test_the_seeds_setting_works_by_default_on_every_device(self):
+        for vmm in ("present", "unsupported", "absent"):
+            for mb in ("256", "1024", "16384", "65536"):
+                r = self.check("child_seed", MODELMEM_ALLOC_CONF="expandable_segments:True",
+                               MODELMEM_EMULATED_ACL_VMM=vmm, MODELMEM_EMULATED_ACL_MEMORY_MB=mb)
+                lines = [l for l in r.stderr.splitlines() if "expandable_segments" in l]
+                if vmm == "present":
+                    self.assertEqual(lines, [], r.stderr)
+                    self.assertIn("describe: caching on npu:0: expandable segments", r.stdout)
+                    self.assertIn("warning: \n", r.stdout)
+                    continue
+                self.assertEqual(len(lines), 1, (vmm, mb, r.stderr))
+                self.assertIn("expandable_segments is not supported on npu:0 (", lines[0])
+                self.assertIn("falling back to the caching pool with fixed-size segments",
+                              lines[0])
+                self.assertIn("warning: " + lines[0], r.stdout)
+                self.assertIn("describe: caching on npu:0: small", r.stdout)
+
     def test_torch_npu_conf_refused_key_names_it(self):
         r = self.check("child_bad_config", PYTORCH_NPU_ALLOC_CONF="page_size:1g")
         self.assertIn("why: no allocator for npu:0: PYTORCH_NPU_ALLOC_CONF: page_size is not "
                       "supported by modelmem: 1 GiB pages are not offered", r.stdout)
+
+    def test_pools_of_several_models_in_one_process(self):
+        r = self.check("child_pools", MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]")
+        self.assertIn("why: pools: no pool named 'nope' (pools: bert, resnet)", r.stdout)
+        self.assertIn("describe: pools(bert=200.00 MiB, resnet=100.00 MiB", r.stdout)
+        # On an NPU without virtual memory, expandable segments fall back once for all pools.
+        r = self.check("child_pools", MODELMEM_EMULATED_ACL_VMM="unsupported",
+                       MODELMEM_ALLOC_CONF="device:npu,expandable_segments:True,"
+                                           "pools:[bert:200,resnet:100]")
+        self.assertEqual(r.stderr.count("expandable_segments is not supported"), 1, r.stderr)
+        self.check("child_no_pools")
+
+    @unittest.skipUnless(SOURCE and CLI, "MODELMEM_SOURCE_DIR or MODELMEM_CLI is not set")
+    def test_scenario_static_pool_from_the_plan_serves_inferences_without_device_calls(self):
+        for model, dims in (("resnet50", ["batch=2"]), ("bert_base", ["batch=1", "seq=128"])):
+            path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                "modelmem_npu_%d_%s.json" % (os.getpid(), model))
+            argv = [CLI, "plan", os.path.join(SOURCE, "models", model + ".onnx"), "--json", path]
+            for d in dims:
+                argv += ["--dim", d]
+            subprocess.run(argv, check=True, capture_output=True)
+            try:
+                r = self.check("child_planned_inferences", PLAN_JSON=path,
+                               MODELMEM_ALLOC_CONF="device:npu,strategy:static,plan:%s,"
+                                                   "safety_factor:1.2" % path)
+            finally:
+                os.unlink(path)
+            self.assertIn("describe: static: one pool of", r.stdout)
+            self.assertIn("device allocations: [1, 1, 1, 1]", r.stdout)
+
+    def test_scenario_full_device_says_the_numbers_and_what_to_change(self):
+        r = self.check("child_full_device", MODELMEM_EMULATED_ACL_MEMORY_MB="256")
+        self.assertRegex(r.stdout, r"error: NPU out of memory: out of memory in caching pool on "
+                                   r"npu:0: requested 30\.00 MiB, device free [0-9.]+ MiB, "
+                                   r"reserved [0-9.]+ MiB, allocated [0-9.]+ MiB")
+        self.assertIn("to change: the device is full", r.stdout)
+        r = self.check("child_pools", MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]",
+                       MODELMEM_VERBOSE="1")
+        self.assertIn("to change: raise the pool's quota in pools:[...]", r.stderr)
 
     def test_mindspore(self):
         self.check("child_mindspore")
@@ -390,8 +564,14 @@ class NpuPluggable(unittest.TestCase):
 
     @unittest.skipUnless(SOURCE and CLI, "MODELMEM_SOURCE_DIR or MODELMEM_CLI is not set")
     def test_scenarios_build_on_the_emulated_npu(self):
-        env = dict(os.environ, MODELMEM_ACL_LIBRARY=ACL, MODELMEM_EMULATED_ACL_MEMORY_MB="16384",
-                   MODELMEM_MONITOR="0")
+        # At the emulated runtime's default capacity (1 GiB), in each virtual-memory mode.
+        env = dict(os.environ, MODELMEM_ACL_LIBRARY=ACL, MODELMEM_MONITOR="0")
+        env.pop("MODELMEM_EMULATED_ACL_MEMORY_MB", None)
+        for vmm in ("present", "unsupported"):
+            env["MODELMEM_EMULATED_ACL_VMM"] = vmm
+            self.scenarios(env, vmm)
+
+    def scenarios(self, env, vmm):
         r = subprocess.run(["sh", "examples/ascend/scenarios.sh", CLI], cwd=SOURCE, env=env,
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -399,8 +579,14 @@ class NpuPluggable(unittest.TestCase):
         self.assertEqual(len(lines), 8, r.stdout)
         self.assertTrue(all(l.startswith("allocator: ") and "npu:0" in l for l in lines),
                         r.stdout)
-        self.assertIn("expandable segments", lines[0])
+        if vmm == "present":
+            self.assertIn("expandable segments", lines[0])
+        else:
+            self.assertIn("small <= 1.00 MiB", lines[0])  # the caching fallback
+            self.assertEqual(r.stderr.count("expandable_segments is not supported"), 1, r.stderr)
         self.assertIn("static: one pool of", lines[1])  # sized from the plan
+        self.assertIn("pools(resnet50=", lines[4])  # from plan --device-memory
+        self.assertIn("bert_base=", lines[4])
         self.assertIn("planned(", lines[7])
 
     @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")

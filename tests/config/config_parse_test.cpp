@@ -10,6 +10,8 @@
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/device/host.hpp"
+#include "modelmem/device/limited.hpp"
 
 namespace modelmem::config {
 using namespace modelmem::alloc;
@@ -39,7 +41,7 @@ TEST(ConfigParse, EmptyStringGivesTheDefaults) {
   EXPECT_EQ(c.get("strategy"), "caching");
   EXPECT_EQ(c.get("device"), "host");
   EXPECT_FALSE(c.get_bool("expandable_segments"));
-  EXPECT_EQ(c.get("fallback"), "static");
+  EXPECT_EQ(c.get("fallback"), "caching");
   EXPECT_DOUBLE_EQ(c.get_double("per_process_memory_fraction"), 1.0);
   EXPECT_EQ(c.get("static_pool_mb"), "");
   EXPECT_THROW(c.get_size("static_pool_mb"), InvalidInput);  // unset
@@ -112,7 +114,7 @@ TEST(ConfigParse, MalformedValuesNameTheKey) {
   EXPECT_REJECTED("device:limited,device_capacity_mb:17592186044416", "does not fit in 64 bits");
   EXPECT_REJECTED("device:limited,device_vmm:yes", "device_vmm: expected True or False");
   EXPECT_REJECTED("expandable_segments:TRUE", "expandable_segments: expected True or False");
-  EXPECT_REJECTED("expandable_segments:True,fallback:none", "fallback: expected static");
+  EXPECT_REJECTED("expandable_segments:True,fallback:none", "fallback: expected caching");
   EXPECT_REJECTED("strategy:static,static_pool_mb:-1", "static_pool_mb: expected a whole");
   EXPECT_REJECTED("strategy:static,static_pool_mb:1e3", "static_pool_mb: expected a whole");
   EXPECT_REJECTED("strategy:static,model_type:rnn", "model_type: expected cnn, transformer or gan");
@@ -234,8 +236,10 @@ TEST(ConfigBuild, StaticPoolsFromEverySizeSource) {
     build(parse_config("strategy:static"));
     FAIL();
   } catch (const InvalidInput& e) {
-    EXPECT_NE(std::string(e.what()).find("needs static_pool_mb, plan or model_type"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("a static pool on host:0 needs its size: static_pool_mb, "
+                                         "plan, model_type or per_process_memory_fraction"),
+              std::string::npos)
+        << e.what();
   }
   // Too big for the device, or for the fraction of it.
   EXPECT_THROW(build(parse_config(
@@ -307,7 +311,8 @@ int count_of(const std::string& haystack, const std::string& needle) {
 
 TEST(ConfigFallback, StaticPoolOnALimitedDeviceWithoutVirtualMemoryWarnsOnce) {
   const std::string conf =
-      "device:limited,device_capacity_mb:1024,expandable_segments:True,model_type:cnn";
+      "device:limited,device_capacity_mb:1024,expandable_segments:True,fallback:static,"
+      "model_type:cnn";
   const std::string expected =
       "modelmem: expandable_segments is not supported on limited:0 (no virtual memory); "
       "falling back to a static pool of 614 MiB";
@@ -331,11 +336,12 @@ TEST(ConfigFallback, StaticPoolOnALimitedDeviceWithoutVirtualMemoryWarnsOnce) {
 
 TEST(ConfigFallback, StaticPoolSizedByStaticPoolMbOrFraction) {
   ::testing::internal::CaptureStderr();
-  Built sized = build(parse_config(
-      "device:limited,device_capacity_mb:512,expandable_segments:True,static_pool_mb:100"));
+  Built sized = build(
+      parse_config("device:limited,device_capacity_mb:512,expandable_segments:True,fallback:static,"
+                   "static_pool_mb:100"));
   Built frac =
       build(parse_config("device:limited,device_capacity_mb:512,expandable_segments:True,"
-                         "per_process_memory_fraction:0.25"));
+                         "fallback:static,per_process_memory_fraction:0.25"));
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("falling back to a static pool of 100 MiB"), std::string::npos) << err;
   EXPECT_NE(err.find("falling back to a static pool of 128 MiB"), std::string::npos) << err;
@@ -359,6 +365,50 @@ TEST(ConfigFallback, CachingWithFixedSegments) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0], expected);
   b.allocator->deallocate(b.allocator->allocate(5 * kMiB));
+}
+
+TEST(ConfigFallback, TheDefaultIsTorchNpusCachingPoolWithOneWarning) {
+  ::testing::internal::CaptureStderr();
+  Built b = build(parse_config("device:limited,device_capacity_mb:300,expandable_segments:True"));
+  Built again =
+      build(parse_config("device:limited,device_capacity_mb:300,expandable_segments:True"));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string expected =
+      "modelmem: expandable_segments is not supported on limited:0 (no virtual memory); "
+      "falling back to the caching pool with fixed-size segments";
+  EXPECT_LE(count_of(err, expected), 1) << err;  // once per process (an earlier test may have)
+  ASSERT_TRUE(b.fallback_warning);
+  EXPECT_EQ(*b.fallback_warning, expected);
+  EXPECT_EQ(b.allocator->stats().warnings, std::vector<std::string>{expected});
+  EXPECT_EQ(b.setting("fallback"), "caching (fixed-size segments)");
+  ASSERT_NE(dynamic_cast<CachingAllocator*>(b.allocator.get()), nullptr);
+  b.allocator->deallocate(b.allocator->allocate(7 * kMiB));
+}
+
+TEST(ConfigFallback, AStaticPoolWithoutItsSizeIsRefusedNamingTheKeys) {
+  for (const char* conf : {"strategy:static", "expandable_segments:True,fallback:static",
+                           "device:limited,expandable_segments:True,fallback:static,"
+                           "per_process_memory_fraction:0.001"}) {
+    try {
+      // A device of its own capacity (device:limited) is sized; the others need a size.
+      Config c = parse_config(conf);
+      if (c.get("device") == "limited") {
+        build(c);  // 1 MiB of 1 GiB: fine
+        continue;
+      }
+      device::DevicePtr region = device::make_limited_device(device::make_host_device({}),
+                                                             std::size_t{64} << 20, false, 0);
+      c.values["device"] = "host";
+      build(c, region);
+      FAIL() << conf;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(
+              "needs its size: static_pool_mb, plan, model_type or per_process_memory_fraction"),
+          std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(ConfigFallback, ErrorRefusesToBuild) {

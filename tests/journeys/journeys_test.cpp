@@ -192,6 +192,18 @@ TEST(Journeys, RunAcceptsWhatConfigAccepts) {
     EXPECT_EQ(r.code, 0) << conf << ": " << r.err;
     EXPECT_TRUE(r.err.empty()) << conf << ": " << r.err;
   }
+  // The seed's string: the preload's region has no virtual memory, so the program runs on the
+  // caching fallback with exactly one warning (the child's; run's own check stays quiet).
+  const std::string seed = "strategy:caching,expandable_segments:True";
+  Result c = run({kCli, "config", seed});
+  EXPECT_EQ(c.code, 0) << c.err;
+  Result r = run({kCli, "run", "--preload", kPreload, "--conf", seed, "--", "/bin/true"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("expandable_segments is not supported on host-region:0 (no virtual "
+                       "memory); falling back to the caching pool with fixed-size segments"),
+            std::string::npos)
+      << r.err;
 }
 
 // ---- run -> info --json shows the process and its pool

@@ -93,7 +93,44 @@ int errors(const char* lib) {
     threw = std::strstr(e.what(), "out of range") != nullptr;
   }
   MM_CHECK(threw);
+  // The pool selection of per-model pools is exported for ctypes.
+  for (const char* name :
+       {"modelmem_cuda_pool_push", "modelmem_cuda_pool_pop", "modelmem_cuda_last_error"})
+    MM_CHECK(dlsym(l.handle, name) != nullptr);
   return minimal::finish("minimal.cuda_alloc_errors");
+}
+
+// Two models' pools in one process (pools:[...]): each thread's selection routes its
+// allocations, a breach fails in that pool alone, an unknown name is refused.
+int pools_in_child(const char* lib) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("MODELMEM_ALLOC_CONF", "pools:[bert:64,resnet:32]", 1);
+    Lib l = load(lib);
+    auto push = reinterpret_cast<int (*)(const char*)>(dlsym(l.handle, "modelmem_cuda_pool_push"));
+    auto pop = reinterpret_cast<int (*)()>(dlsym(l.handle, "modelmem_cuda_pool_pop"));
+    auto why = reinterpret_cast<const char* (*)()>(dlsym(l.handle, "modelmem_cuda_last_error"));
+    bool ok = push("resnet") == 0;
+    void* small = l.alloc(8 << 20, 0, nullptr);
+    bool breach = false;
+    try {
+      l.alloc(40 << 20, 0, nullptr);  // over resnet's 32 MiB
+    } catch (const std::runtime_error& e) {
+      breach = std::strstr(e.what(), "resnet") != nullptr;
+    }
+    ok = ok && small != nullptr && breach && pop() == 0;
+    ok = ok && push("bert") == 0;
+    void* big = l.alloc(40 << 20, 0, nullptr);  // fits bert's 64 MiB
+    ok = ok && big != nullptr && pop() == 0 && pop() == -1;
+    ok = ok && push("nope") == -1 && std::strstr(why(), "nope") != nullptr;
+    l.free(small, 8 << 20, 0, nullptr);
+    l.free(big, 40 << 20, 0, nullptr);
+    if (!ok) std::printf("pools: unexpected outcome (%s)\n", why());
+    std::_Exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 int gpu(const char* lib) {
@@ -146,6 +183,7 @@ int gpu(const char* lib) {
   l.trim(0);
   MM_CHECK(l.stats(0, st, 6) == 6 && st[0] == 0);
   cudaStreamDestroy(stream);
+  MM_CHECK(pools_in_child(lib) == 0);
   return minimal::finish("minimal.cuda_alloc");
 }
 

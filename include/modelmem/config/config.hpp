@@ -68,10 +68,10 @@ struct PoolQuota {
   std::string name;
   std::size_t bytes = 0;
 };
-/// The pools key's value, "[NAME:MiB,...]" (names of 1 to 47 of A-Z a-z 0-9 _ - ., unique;
+/// The pools key's value, "[NAME:MiB,...]" (names follow core::valid_pool_name, unique;
 /// quotas whole MiB > 0), in order. Throws InvalidInput saying what is wrong.
 std::vector<PoolQuota> parse_pools(std::string_view text);
-/// Whether `name` may name a pool.
+/// Whether `name` may name a pool (core::valid_pool_name, the one rule).
 bool valid_pool_name(std::string_view name);
 
 /// Throws InvalidInput naming the key for an unknown key, a malformed value, or a conflicting

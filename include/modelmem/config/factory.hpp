@@ -54,6 +54,20 @@ Built build(const Config& config);
 /// device:limited then wraps `base`; huge_pages and prefault, host-only, are refused.
 /// nullptr = host memory.
 Built build(const Config& config, device::DevicePtr base);
+/// While one lives, build() on this thread records the fallback warning but does not print it:
+/// for a check made before the real stack is built elsewhere (`modelmem run` checks the string
+/// the preloaded child will build and print), so the user sees the warning once.
+class QuietWarnings {
+ public:
+  QuietWarnings() noexcept;
+  ~QuietWarnings();
+  QuietWarnings(const QuietWarnings&) = delete;
+  QuietWarnings& operator=(const QuietWarnings&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// parse_config(getenv("MODELMEM_ALLOC_CONF") or "") then build.
 Built build_from_env();
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
@@ -15,5 +16,21 @@ namespace modelmem::config {
 /// its budget is the static pool's size in bytes when static_pool_mb is given, else 0 (none).
 monitor::PoolInfo pool_info(const Config& config, const Built& built,
                             const std::string& default_name, const std::string& device);
+
+/// Publishes a pluggable library's stack: the stack itself as pool_info() describes it, or, with
+/// pools:[...], each pool under its own name with its quota as budget, and the process's own
+/// stack (when there is one) under the default name. The registrations end the publishing.
+std::vector<monitor::PoolRegistration> publish_stack(const Config& config, const Built& built,
+                                                     const std::string& default_name,
+                                                     const std::string& device);
+
+/// What a library's pool-push function does for a thread (modelmem_npu_pool_push,
+/// modelmem_cuda_pool_push): selects pool `name` of `stack` for the thread's later requests.
+/// Returns 0 when selected, 1 when the stack has no pools (nothing to route: the string has no
+/// pools:[...]), -1 with `why` set for a name that is not one of them or not a pool name.
+int push_pool(alloc::Allocator& stack, const char* name, std::string& why);
+/// Ends the thread's innermost selection: 0, or 1 when the stack has no pools, -1 when there
+/// was no selection.
+int pop_pool(alloc::Allocator& stack, std::string& why);
 
 }  // namespace modelmem::config

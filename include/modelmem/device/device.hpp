@@ -33,6 +33,10 @@ class Device {
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
 
   virtual MemoryInfo memory_info() const = 0;
+  /// Device memory one allocate() takes beyond the bytes asked for (the runtime's padding and
+  /// the alignment slack): a request of memory_info().total - allocation_overhead() is the
+  /// largest an empty device can give. 0 by default.
+  virtual std::size_t allocation_overhead() const noexcept { return 0; }
 
   /// Asks for [addr, addr + bytes) of memory from allocate() to be backed by large pages where
   /// the device has them (host: transparent huge pages, madvise(MADV_HUGEPAGE)). A hint: true

@@ -58,16 +58,17 @@ struct ProcessSnapshot {
   std::vector<PoolSnapshot> pools;
 };
 
-/// Sizes of the layout (version 2: version 1 and the command line). Strings are NUL-padded and cut
+/// Sizes of the layout (version 3: version 2 with room for a whole fallback warning; version 2:
+/// version 1 and the command line). Strings are NUL-padded and cut
 /// to these lengths minus one.
 inline constexpr std::uint64_t kSegmentMagic = 0x314e4f4d4d454d4dULL;  // "MMEMMON1"
-inline constexpr std::uint64_t kSegmentVersion = 2;
+inline constexpr std::uint64_t kSegmentVersion = 3;
 inline constexpr std::size_t kProcessNameBytes = 64;
 inline constexpr std::size_t kCommandBytes = 256;
 inline constexpr std::size_t kPoolNameBytes = 48;
 inline constexpr std::size_t kDeviceBytes = 16;
 inline constexpr std::size_t kStrategyBytes = 32;
-inline constexpr std::size_t kWarningBytes = 128;
+inline constexpr std::size_t kWarningBytes = 512;
 inline constexpr std::size_t kDefaultPoolCapacity = 64;
 inline constexpr std::size_t kMaxPoolCapacity = 4096;
 

@@ -42,6 +42,11 @@ class AclDevice final : public Device {
 
   std::string name() const override { return name_; }
 
+  // The slack asked for, the runtime's rounding to 32 bytes and aclrtMalloc's 32-byte padding.
+  std::size_t allocation_overhead() const noexcept override {
+    return kSlack + 32 + (rt_->malloc_align32 ? 0 : 32);
+  }
+
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) throw InvalidInput(name_ + ": allocation of 0 bytes");
     const std::size_t ask = checked_add(bytes, kSlack, "npu allocation");

@@ -1,4 +1,5 @@
-#include "npu_conf.hpp"
+// torch_npu's allocator settings (modelmem/config/torch_npu.hpp).
+#include "modelmem/config/torch_npu.hpp"
 
 #include <cstdlib>
 #include <vector>
@@ -6,7 +7,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 
-namespace modelmem::npu {
+namespace modelmem::config {
 namespace {
 
 using core::trim;
@@ -39,6 +40,7 @@ constexpr Refused kRefused[] = {
     {"pinned_use_cuda_host_register", "host pinned memory is not managed by modelmem"},
     {"pinned_num_register_threads", "host pinned memory is not managed by modelmem"},
     {"pinned_use_background_threads", "host pinned memory is not managed by modelmem"},
+    {"pin_memory_expandable_segments", "host pinned memory is not managed by modelmem"},
 };
 
 constexpr const char* kKept[] = {"expandable_segments", "max_split_size_mb",
@@ -49,7 +51,6 @@ constexpr const char* kKept[] = {"expandable_segments", "max_split_size_mb",
 
 std::string translate_torch_npu_conf(std::string_view text, const std::string& variable) {
   std::vector<std::string> out;
-  bool expandable = false;
   int depth = 0;
   std::size_t start = 0;
   std::vector<std::string_view> entries;
@@ -73,7 +74,6 @@ std::string translate_torch_npu_conf(std::string_view text, const std::string& v
     bool kept = false;
     for (const char* k : kKept) kept = kept || key == k;
     if (kept) {
-      if (key == "expandable_segments") expandable = value == "True" || value == "true";
       out.push_back(key + ":" + value);
       continue;
     }
@@ -85,16 +85,14 @@ std::string translate_torch_npu_conf(std::string_view text, const std::string& v
     throw InvalidInput(variable + ": unknown key '" + key + "' (modelmem takes " + known +
                        "; or set MODELMEM_ALLOC_CONF)");
   }
-  // torch_npu keeps growing with plain caching segments where expandable segments are missing.
-  if (expandable) out.push_back("fallback:caching");
   std::string s;
   for (const auto& e : out) s += (s.empty() ? "" : ",") + e;
   return s;
 }
 
-ConfText conf_from_env() {
+EnvironmentConf environment_conf() {
   if (const char* m = std::getenv("MODELMEM_ALLOC_CONF"); m != nullptr)
-    return {m, "MODELMEM_ALLOC_CONF"};
+    return {m, "MODELMEM_ALLOC_CONF", false};
   const char* npu = std::getenv("PYTORCH_NPU_ALLOC_CONF");
   const char* torch = std::getenv("PYTORCH_ALLOC_CONF");
   if (npu != nullptr && torch != nullptr)
@@ -102,12 +100,11 @@ ConfText conf_from_env() {
         "PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are both set (torch_npu refuses that too): "
         "keep one, or set MODELMEM_ALLOC_CONF");
   if (npu != nullptr)
-    return {translate_torch_npu_conf(npu, "PYTORCH_NPU_ALLOC_CONF"),
-            "PYTORCH_NPU_ALLOC_CONF (translated)"};
+    return {translate_torch_npu_conf(npu, "PYTORCH_NPU_ALLOC_CONF"), "PYTORCH_NPU_ALLOC_CONF",
+            true};
   if (torch != nullptr)
-    return {translate_torch_npu_conf(torch, "PYTORCH_ALLOC_CONF"),
-            "PYTORCH_ALLOC_CONF (translated)"};
-  return {"", "defaults"};
+    return {translate_torch_npu_conf(torch, "PYTORCH_ALLOC_CONF"), "PYTORCH_ALLOC_CONF", true};
+  return {"", "", false};
 }
 
-}  // namespace modelmem::npu
+}  // namespace modelmem::config

@@ -4,10 +4,10 @@
 #include <cstdlib>
 
 #include "modelmem/config/config.hpp"
+#include "modelmem/config/torch_npu.hpp"
 #include "modelmem/core/error.hpp"
-#include "npu_conf.hpp"
 
-namespace modelmem::npu {
+namespace modelmem::config {
 namespace {
 
 std::string error_of(const std::string& text) {
@@ -27,20 +27,20 @@ TEST(TorchNpuConf, SharedKeysAreCarriedOverAndParse) {
   EXPECT_EQ(t,
             "garbage_collection_threshold:0.6,roundup_power2_divisions:[256:1,512:2,>:4],"
             "per_process_memory_fraction:0.9,max_split_size_mb:64");
-  config::Config c = config::parse_config(t);
+  Config c = parse_config(t);
   EXPECT_EQ(c.get("max_split_size_mb"), "64");
 }
 
 TEST(TorchNpuConf, ExpandableSegmentsFallBackToCachingAsInTorchNpu) {
   std::string t = translate_torch_npu_conf("expandable_segments:True", "PYTORCH_NPU_ALLOC_CONF");
-  EXPECT_EQ(t, "expandable_segments:True,fallback:caching");
-  EXPECT_EQ(config::parse_config(t).get("fallback"), "caching");
+  EXPECT_EQ(t, "expandable_segments:True");  // the default fallback is torch_npu's
+  EXPECT_EQ(parse_config(t).get("fallback"), "caching");
   EXPECT_EQ(translate_torch_npu_conf("expandable_segments:False,", "X"),
             "expandable_segments:False");
   // torch_npu refuses this combination; so does modelmem's parser, naming the key.
   try {
-    config::parse_config(translate_torch_npu_conf("expandable_segments:True,max_split_size_mb:64",
-                                                  "PYTORCH_NPU_ALLOC_CONF"));
+    parse_config(translate_torch_npu_conf("expandable_segments:True,max_split_size_mb:64",
+                                          "PYTORCH_NPU_ALLOC_CONF"));
     FAIL();
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("max_split_size_mb"), std::string::npos);
@@ -65,21 +65,24 @@ TEST(TorchNpuConf, EnvironmentOrder) {
   unsetenv("MODELMEM_ALLOC_CONF");
   unsetenv("PYTORCH_ALLOC_CONF");
   setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", 1);
-  ConfText c = conf_from_env();
-  EXPECT_EQ(c.source, "PYTORCH_NPU_ALLOC_CONF (translated)");
-  EXPECT_EQ(c.text, "expandable_segments:True,fallback:caching");
+  EnvironmentConf c = environment_conf();
+  EXPECT_EQ(c.variable, "PYTORCH_NPU_ALLOC_CONF");
+  EXPECT_TRUE(c.translated);
+  EXPECT_EQ(c.text, "expandable_segments:True");
   setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64", 1);
-  EXPECT_THROW(conf_from_env(), InvalidInput);  // both set
+  EXPECT_THROW(environment_conf(), InvalidInput);  // both set
   unsetenv("PYTORCH_NPU_ALLOC_CONF");
-  EXPECT_EQ(conf_from_env().text, "max_split_size_mb:64");
+  EXPECT_EQ(environment_conf().text, "max_split_size_mb:64");
   setenv("MODELMEM_ALLOC_CONF", "strategy:static,static_pool_mb:64", 1);
-  c = conf_from_env();  // modelmem's own string wins
-  EXPECT_EQ(c.source, "MODELMEM_ALLOC_CONF");
+  c = environment_conf();  // modelmem's own string wins
+  EXPECT_EQ(c.variable, "MODELMEM_ALLOC_CONF");
+  EXPECT_FALSE(c.translated);
   EXPECT_EQ(c.text, "strategy:static,static_pool_mb:64");
   unsetenv("MODELMEM_ALLOC_CONF");
   unsetenv("PYTORCH_ALLOC_CONF");
-  EXPECT_EQ(conf_from_env().text, "");
+  EXPECT_EQ(environment_conf().text, "");
+  EXPECT_EQ(environment_conf().variable, "");
 }
 
 }  // namespace
-}  // namespace modelmem::npu
+}  // namespace modelmem::config
