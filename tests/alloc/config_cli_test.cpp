@@ -27,8 +27,9 @@ class ConfigCli : public ::testing::Test {
 };
 
 TEST_F(ConfigCli, PrintsTheStackProbeAndFallback) {
-  CliResult r =
-      run_config("device:limited,device_capacity_mb:1024,expandable_segments:True,model_type:cnn");
+  CliResult r = run_config(
+      "device:limited,device_capacity_mb:1024,expandable_segments:True,fallback:static,"
+      "model_type:cnn");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("  * model_type                     cnn"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    safety_factor                  1.2"), std::string::npos) << r.out;

@@ -192,7 +192,7 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   expect_rejected("plan " + tiny + " --device-memory 1GiB --dim nope=3", "--dim nope");
   expect_rejected("plan " + model("tiny.onnx"), "'n' is not bound");
   // `config` builds the stack before it prints: a rejected string prints nothing but its error.
-  expect_rejected("config strategy:static", "needs static_pool_mb");
+  expect_rejected("config strategy:static", "needs its size: static_pool_mb");
   // Range errors say what the value must be, in words (no 300-digit bound).
   expect_rejected("info --pid 0", "--pid: value 0 must be a positive number");
 }
