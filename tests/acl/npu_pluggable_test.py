@@ -240,10 +240,17 @@ def child_planned_inferences():
         plan = json.load(f)
     weights = lib.modelmem_npu_alloc(plan["weights_bytes"], 0, None)
     assert weights, lib.modelmem_npu_last_error()
-    buffers = plan["buffers"]
-    last = max(b["end"] for b in buffers)
+    # Each inference runs the buffers of one bucket's plan (one plan without buckets).
+    buckets = [plan["buffers"]]
+    if os.environ.get("BUCKET_JSONS"):
+        buckets = []
+        for path in os.environ["BUCKET_JSONS"].split(","):
+            with open(path) as f:
+                buckets.append(json.load(f)["buffers"])
     device_allocs = []
-    for inference in range(4):
+    for inference in range(4 * len(buckets)):
+        buffers = buckets[(inference * 7) % len(buckets)]  # the buckets in a mixed order
+        last = max(b["end"] for b in buffers)
         live = {}
         for step in range(last + 2):
             for i in [i for i, b in live.items() if buffers[i]["end"] < step]:
@@ -255,7 +262,8 @@ def child_planned_inferences():
                     live[i] = p
         assert not live
         device_allocs.append(stats(lib)["device_allocs"])
-    assert device_allocs[1:] == [device_allocs[0]] * 3, device_allocs  # none after the warm-up
+    n = len(device_allocs)
+    assert device_allocs[1:] == [device_allocs[0]] * (n - 1), device_allocs  # none after warm-up
     print("device allocations:", device_allocs)
     print("describe:", lib.modelmem_npu_describe(0).decode())
 
@@ -395,6 +403,28 @@ def child_published():
     lib.modelmem_npu_free(p, 30 * MiB, 0, None)
 
 
+def child_published_pools():
+    """Scenario (e): the pools of one NPU process, each on its own line of `modelmem info`."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    assert lib.modelmem_npu_pool_push(b"bert") == 0
+    p = lib.modelmem_npu_alloc(30 * MiB, 0, None)
+    assert p
+    time.sleep(0.6)  # the publisher copies statistics every 200 ms
+    out = subprocess.run([CLI, "info", "--json", "--pid", str(os.getpid())],
+                         capture_output=True, text=True, check=True).stdout
+    pools = {q["pool"]: q for q in json.loads(out)["processes"][0]["pools"]}
+    assert set(pools) == {"npu", "bert", "resnet"}, pools
+    assert all(q["device"] == "npu:0" for q in pools.values()), pools
+    assert pools["bert"]["budget"] == 200 * MiB and pools["resnet"]["budget"] == 100 * MiB, pools
+    assert pools["bert"]["allocated"] >= 30 * MiB and pools["resnet"]["allocated"] == 0, pools
+    table = subprocess.run([CLI, "info", "--pid", str(os.getpid())], capture_output=True,
+                           text=True, check=True).stdout
+    print(table)
+    lib.modelmem_npu_free(p, 30 * MiB, 0, None)
+    assert lib.modelmem_npu_pool_pop() == 0
+
+
 # ---- the tests ----
 
 def names_of(framework):
@@ -516,6 +546,30 @@ class NpuPluggable(unittest.TestCase):
             self.assertIn("describe: static: one pool of", r.stdout)
             self.assertIn("device allocations: [1, 1, 1, 1]", r.stdout)
 
+    @unittest.skipUnless(SOURCE and CLI, "MODELMEM_SOURCE_DIR or MODELMEM_CLI is not set")
+    def test_scenario_bucketed_inputs_served_from_one_pool(self):
+        # Scenario (d): plan --buckets sizes one pool for every batch size; each bucket's own
+        # plan gives the buffers an inference of that size asks for.
+        model = os.path.join(SOURCE, "models", "resnet50.onnx")
+        base = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelmem_npu_%d" % os.getpid())
+        pool_json, bucket_jsons = base + "_buckets.json", []
+        try:
+            subprocess.run([CLI, "plan", model, "--buckets", "batch=1,2,4", "--json", pool_json],
+                           check=True, capture_output=True)
+            for n in (1, 2, 4):
+                bucket_jsons.append("%s_b%d.json" % (base, n))
+                subprocess.run([CLI, "plan", model, "--dim", "batch=%d" % n, "--json",
+                                bucket_jsons[-1]], check=True, capture_output=True)
+            r = self.check("child_planned_inferences", PLAN_JSON=pool_json,
+                           BUCKET_JSONS=",".join(bucket_jsons),
+                           MODELMEM_ALLOC_CONF="device:npu,strategy:static,plan:%s,"
+                                               "safety_factor:1.2" % pool_json)
+        finally:
+            for path in [pool_json] + bucket_jsons:
+                if os.path.exists(path):
+                    os.unlink(path)
+        self.assertIn("device allocations: [%s]" % ", ".join(["1"] * 12), r.stdout)
+
     def test_scenario_full_device_says_the_numbers_and_what_to_change(self):
         r = self.check("child_full_device", MODELMEM_EMULATED_ACL_MEMORY_MB="256")
         self.assertRegex(r.stdout, r"error: NPU out of memory: out of memory in caching pool on "
@@ -592,6 +646,13 @@ class NpuPluggable(unittest.TestCase):
     @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")
     def test_published_to_the_monitor(self):
         self.check("child_published", MODELMEM_MONITOR="1", MODELMEM_POOL_NAME="bert")
+
+    @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")
+    def test_pools_of_one_process_each_published_with_its_quota(self):
+        r = self.check("child_published_pools", MODELMEM_MONITOR="1",
+                       MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]")
+        self.assertRegex(r.stdout, r"bert\s+npu:0")
+        self.assertRegex(r.stdout, r"resnet\s+npu:0")
 
 
 if __name__ == "__main__":
