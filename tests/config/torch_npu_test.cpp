@@ -61,6 +61,22 @@ TEST(TorchNpuConf, OtherKeysAreRefusedByNameWithWhatToUse) {
   EXPECT_NE(error_of("expandable_segments").find("missing ':VALUE'"), std::string::npos);
 }
 
+TEST(TorchNpuConf, EveryNewerTorchNpuKeyHasAnAnswerNamingIt) {
+  for (const char* entry :
+       {"page_size:1g", "base_addr_aligned_kb:16", "multi_stream_lazy_reclaim:True",
+        "release_lock_on_npumalloc:True", "pin_memory_expandable_segments:True",
+        "segment_size_mb:64", "large_segment_size_mb:40"}) {
+    const std::string key = std::string(entry).substr(0, std::string(entry).find(':'));
+    const std::string why = error_of(entry);
+    EXPECT_NE(why.find("PYTORCH_NPU_ALLOC_CONF: " + key + " is not supported by modelmem: "),
+              std::string::npos)
+        << why;
+    EXPECT_GT(why.size(),
+              ("PYTORCH_NPU_ALLOC_CONF: " + key + " is not supported by modelmem: ").size() + 20)
+        << "a reason follows: " << why;
+  }
+}
+
 TEST(TorchNpuConf, EnvironmentOrder) {
   unsetenv("MODELMEM_ALLOC_CONF");
   unsetenv("PYTORCH_ALLOC_CONF");
