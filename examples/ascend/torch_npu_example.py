@@ -4,8 +4,14 @@
     python3 examples/ascend/torch_npu_example.py build/libmodelmem_npu_alloc.so
 
 Without MODELMEM_ALLOC_CONF the library reads torch_npu's own PYTORCH_NPU_ALLOC_CONF (keys that
-mean the same are kept, the others refused by name). `modelmem info` in another terminal shows
-the NPUs and this process's pool ("npu", or MODELMEM_POOL_NAME).
+mean the same are kept, the others refused by name); `modelmem config` with no argument shows what
+either builds. On an NPU without virtual memory, expandable_segments:True warns once and goes on
+with torch_npu's fallback (the caching pool with fixed-size segments). `modelmem info` in another
+terminal shows the NPUs and this process's pool ("npu", or MODELMEM_POOL_NAME).
+
+A model with a quota beside the rest of the process: MODELMEM_ALLOC_CONF='device:npu,
+pools:[big:256]' and its work inside modelmem_npu_pool_push(b"big") ... _pool_pop() (or
+`with modelmem.pool("big"):` from the modelmem package), as at the end of this file.
 """
 import ctypes
 import sys
@@ -43,3 +49,13 @@ mm.modelmem_npu_stats(device, stats, 6)
 print("allocator:", mm.modelmem_npu_describe(device).decode())
 print("reserved %.1f MiB, allocated %.1f MiB, peak reserved %.1f MiB, peak allocated %.1f MiB"
       % tuple(v / 2**20 for v in stats[:4]))
+
+# Per-model pools: only when MODELMEM_ALLOC_CONF has pools:[...] (push returns 1 otherwise).
+mm.modelmem_npu_pool_push.argtypes = [ctypes.c_char_p]
+if mm.modelmem_npu_pool_push(b"big") == 0:
+    try:
+        with torch.inference_mode():
+            y = model(torch.randn(64, 1024, device="npu"))  # counted against pool "big"
+            torch.npu.synchronize()
+    finally:
+        mm.modelmem_npu_pool_pop()
