@@ -119,18 +119,8 @@ std::vector<Order> greedy_breadth_orders(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   if (n == 0) return {Order{}};
-  std::vector<Time> times;
-  times.reserve(2 * n);
-  for (const Buffer& b : bufs) {
-    times.push_back(b.start);
-    times.push_back(b.end);
-  }
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
-  auto index_of = [&](Time t) {
-    return static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), t) -
-                                    times.begin());
-  };
+  const std::vector<Time> times = detail::time_points(problem);
+  auto index_of = [&](Time t) { return detail::time_index(times, t); };
   // Elementary steps [times[j], times[j+1]) and the live total on each.
   const std::size_t m = times.size() - 1;
   std::vector<std::size_t> first(n), last(n);  // step range [first, last) of each buffer

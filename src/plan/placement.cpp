@@ -29,6 +29,18 @@
 
 namespace modelmem::plan::detail {
 
+std::vector<Time> time_points(const Problem& problem) {
+  std::vector<Time> times;
+  times.reserve(2 * problem.buffers.size());
+  for (const Buffer& b : problem.buffers) {
+    times.push_back(b.start);
+    times.push_back(b.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  return times;
+}
+
 void throw_offset_overflow(const Buffer& b) {
   throw InvalidInput("buffer '" + b.id + "' (size " + std::to_string(b.size) + ", alignment " +
                      std::to_string(b.alignment) + "): its offset would overflow 64 bits");
@@ -143,13 +155,7 @@ class RangeUnion {
 class TimeTree {
  public:
   explicit TimeTree(const Problem& problem) : bufs_(problem.buffers) {
-    times_.reserve(2 * bufs_.size());
-    for (const Buffer& b : bufs_) {
-      times_.push_back(b.start);
-      times_.push_back(b.end);
-    }
-    std::sort(times_.begin(), times_.end());
-    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    times_ = time_points(problem);
     const std::size_t steps = times_.empty() ? 1 : times_.size() - 1;
     while (leaves_ < steps) leaves_ *= 2;
     covering_.resize(2 * leaves_);

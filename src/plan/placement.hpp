@@ -1,6 +1,7 @@
 // Private helpers shared by the heuristics in src/plan/.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -67,6 +68,16 @@ const std::vector<std::string>& heuristic_names();
 /// best_heuristic_plan with a deadline.
 Plan best_heuristic_plan_until(const Problem& problem, std::size_t search_effort,
                                Deadline deadline);
+
+/// The distinct start and end times of the buffers, sorted: elementary step k is the time
+/// range [points[k], points[k+1]).
+std::vector<Time> time_points(const Problem& problem);
+
+/// The index of time `t` in `points` (t must be one of them).
+inline std::size_t time_index(const std::vector<Time>& points, Time t) {
+  return static_cast<std::size_t>(std::lower_bound(points.begin(), points.end(), t) -
+                                  points.begin());
+}
 
 /// Throws InvalidInput: placing buffer `b` would need an offset beyond 64 bits.
 [[noreturn]] void throw_offset_overflow(const Buffer& b);

@@ -41,17 +41,8 @@ class TimeIndex {
   explicit TimeIndex(const Problem& problem) {
     const auto& bufs = problem.buffers;
     const std::size_t n = bufs.size();
-    std::vector<Time> times;
-    times.reserve(2 * n);
-    for (const Buffer& b : bufs) {
-      times.push_back(b.start);
-      times.push_back(b.end);
-    }
-    std::sort(times.begin(), times.end());
-    times.erase(std::unique(times.begin(), times.end()), times.end());
-    auto index_of = [&](Time t) {
-      return static_cast<Step>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
-    };
+    const std::vector<Time> times = time_points(problem);
+    auto index_of = [&](Time t) { return static_cast<Step>(time_index(times, t)); };
     lo_.resize(n);
     hi_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
