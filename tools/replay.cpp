@@ -45,7 +45,10 @@ void setup(CLI::App& app, int& exit_code) {
       fmt::print("{}\n", trace::to_json(report).dump(2));
     else
       fmt::print("{}", trace::to_text(report));
-    exit_code = 0;
+    // An out-of-memory replay is a failed one (docs/commands.md): exit code 1, report printed.
+    bool oom = false;
+    for (const auto& r : report.results) oom = oom || r.ooms > 0;
+    exit_code = oom ? 1 : 0;
   });
 }
 

@@ -178,7 +178,7 @@ raises ValueError naming file and line; skip_bad: skip such lines with a warning
       .def(
           "replay",
           [](const trace::Trace& t, const std::string& config, std::size_t repeat, bool touch) {
-            if (repeat == 0) throw InvalidInput("repeat must be at least 1");
+            trace::check_repeat(repeat, trace::match_blocks(t).blocks.size());
             std::shared_ptr<alloc::Allocator> allocator;
             try {
               allocator = trace::allocator_from_config(config);

@@ -41,9 +41,14 @@ void validate(const PlanOptions& o) {
   if (!(o.time_limit > 0) || !std::isfinite(o.time_limit))
     throw InvalidInput(
         fmt::format("--time-limit {}: must be a positive number of seconds", o.time_limit));
-  if (o.safety && !(*o.safety >= 1.0 && std::isfinite(*o.safety)))
-    throw InvalidInput(fmt::format("--safety {}: must be a factor >= 1", *o.safety));
-  if (o.alignment == 0) throw InvalidInput("--align 0: must be a positive number of bytes");
+  // The same range the runtime's pools take (PoolSpec::from_plan): a pool sized beyond it would
+  // print a configuration `modelmem config` refuses.
+  if (o.safety && !(*o.safety >= 1.0 && *o.safety <= 100.0))
+    throw InvalidInput(fmt::format("--safety {}: out of range: a factor from 1 to 100", *o.safety));
+  constexpr std::size_t kMaxAlign = std::size_t{1} << 20;
+  if (o.alignment == 0 || (o.alignment & (o.alignment - 1)) != 0 || o.alignment > kMaxAlign)
+    throw InvalidInput(fmt::format("--align {}: out of range: a power of two from 1 to {} bytes",
+                                   o.alignment, kMaxAlign));
   dtype_bytes(o.dtype);
   if (o.keep_weights_dtype && o.dtype == "fp32")
     throw InvalidInput(

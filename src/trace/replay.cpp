@@ -22,14 +22,27 @@ void touch(void* p, std::size_t size) {
 
 }  // namespace
 
+void check_repeat(std::size_t repeat, std::size_t blocks) {
+  if (repeat == 0 || repeat > ReplayOptions::kMaxRepeat)
+    throw InvalidInput(fmt::format("repeat {} is out of range: from 1 to {} replays", repeat,
+                                   ReplayOptions::kMaxRepeat));
+  if (blocks > 0 && repeat > ReplayOptions::kMaxReplayedBlocks / blocks)
+    throw InvalidInput(fmt::format(
+        "repeat {} of a trace of {} blocks replays more than {} blocks: at most {} replays of "
+        "this trace",
+        repeat, blocks, ReplayOptions::kMaxReplayedBlocks,
+        std::max<std::size_t>(1, ReplayOptions::kMaxReplayedBlocks / blocks)));
+}
+
 ReplayResult replay(const Trace& trace, alloc::Allocator& allocator, const ReplayOptions& options) {
+  const Blocks blocks = match_blocks(trace);
+  check_repeat(options.repeat, blocks.blocks.size());
   ReplayResult r;
   r.description = allocator.describe();
-  const Blocks blocks = match_blocks(trace);
   std::vector<void*> pointer(blocks.blocks.size(), nullptr);
   std::vector<std::uint64_t> alloc_ns(blocks.blocks.size(), 0);
   std::vector<double> pair_ns;
-  pair_ns.reserve(blocks.blocks.size() * std::max<std::size_t>(options.repeat, 1));
+  pair_ns.reserve(blocks.blocks.size() * options.repeat);
   std::size_t live = 0;
   std::size_t failed_frees = 0;
   std::vector<std::size_t> closed_by(trace.events.size(), kNever);
@@ -37,7 +50,7 @@ ReplayResult replay(const Trace& trace, alloc::Allocator& allocator, const Repla
     std::size_t f = blocks.blocks[k].free_index;
     if (f != kNever && trace.events[f].kind == EventKind::kAlloc) closed_by[f] = k;
   }
-  for (std::size_t rep = 0; rep < std::max<std::size_t>(options.repeat, 1); ++rep) {
+  for (std::size_t rep = 0; rep < options.repeat; ++rep) {
     for (std::size_t i = 0; i < trace.events.size(); ++i) {
       const TraceEvent& e = trace.events[i];
       if (e.kind == EventKind::kMark) {

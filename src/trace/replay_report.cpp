@@ -36,10 +36,11 @@ ReplayReport run_replay(const ReplayRequest& request) {
   if (request.strategy == "config" && request.config.empty())
     throw InvalidInput("--strategy config needs --config STRING");
   if (!request.config.empty()) allocator_from_config(request.config);  // a bad string fails here
-  if (request.options.repeat == 0) throw InvalidInput("--repeat must be at least 1");
+  check_repeat(request.options.repeat);
 
   ReplayReport report;
   Trace t = read_trace(request.trace, request.read);
+  check_repeat(request.options.repeat, match_blocks(t).blocks.size());
   report.trace = t.name;
   report.events = t.events.size();
   report.warnings = t.warnings;

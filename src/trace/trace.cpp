@@ -79,6 +79,13 @@ class Warnings {
   std::map<std::string, Entry> kinds_;
 };
 
+// Bytes no text trace holds (NUL and other control bytes but tab), as in a model or a pickle.
+bool binary(std::string_view text) {
+  for (unsigned char c : text)
+    if (c == 0 || (c < 0x20 && c != '\t') || c == 0x7f) return true;
+  return false;
+}
+
 enum Column { kEvent, kTime, kAddress, kSize, kStream, kPool, kThread, kLabel, kColumns };
 constexpr const char* kColumnNames[kColumns] = {"event",  "time_ns", "address", "size",
                                                 "stream", "pool",    "thread",  "label"};
@@ -116,13 +123,19 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
       if (comment.starts_with("dropped=")) {
         auto n = parse_number<std::uint64_t>(comment.substr(8));
         if (!n) {
-          malformed("bad comment", fmt::format("bad dropped count '{}'", comment.substr(8)));
+          malformed("bad comment",
+                    fmt::format("bad dropped count '{}'", core::printable(comment.substr(8))));
         } else {
           trace.dropped = std::max(trace.dropped, *n);
         }
       }
       continue;
     }
+    if (!have_header && binary(text))
+      throw InvalidInput(fmt::format(
+          "{}: not a trace: binary data where a CSV header should be (an ONNX model goes to "
+          "`modelmem plan`, a PyTorch snapshot pickle to `modelmem trace`)",
+          name));
     auto fields = split(text);
     if (!have_header) {
       for (std::size_t i = 0; i < fields.size(); ++i)
@@ -131,7 +144,7 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
       if (column_of[kEvent] < 0 || column_of[kTime] < 0)
         throw InvalidInput(fmt::format(
             "{}:{}: not a trace: the header must name the columns 'event' and 'time_ns' (got '{}')",
-            name, line_no, text.substr(0, 80)));
+            name, line_no, core::printable(text)));
       have_header = true;
       columns = fields.size();
       continue;
@@ -149,13 +162,13 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
     e.line = line_no;
     auto kind = parse_event_name(field(kEvent));
     if (!kind) {
-      malformed("unknown event", fmt::format("unknown event '{}'", field(kEvent)));
+      malformed("unknown event", fmt::format("unknown event '{}'", core::printable(field(kEvent))));
       continue;
     }
     e.kind = *kind;
     auto time = parse_number<std::uint64_t>(field(kTime));
     if (!time) {
-      malformed("bad time", fmt::format("bad time_ns '{}'", field(kTime)));
+      malformed("bad time", fmt::format("bad time_ns '{}'", core::printable(field(kTime))));
       continue;
     }
     e.time_ns = *time;
@@ -165,8 +178,8 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
       std::string_view s = field(c);
       if (s.empty()) {
         if (required) {
-          malformed("missing field",
-                    fmt::format("{} event without {}", field(kEvent), kColumnNames[c]));
+          malformed("missing field", fmt::format("{} event without {}",
+                                                 core::printable(field(kEvent)), kColumnNames[c]));
           ok = false;
         }
         return;
@@ -174,7 +187,7 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
       auto v = parse_number<std::remove_reference_t<decltype(target)>>(s);
       if (!v) {
         malformed(fmt::format("bad {}", kColumnNames[c]),
-                  fmt::format("bad {} '{}'", kColumnNames[c], s));
+                  fmt::format("bad {} '{}'", kColumnNames[c], core::printable(s)));
         ok = false;
         return;
       }

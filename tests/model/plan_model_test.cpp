@@ -170,6 +170,13 @@ TEST(PlanModel, OptionsAreValidatedBeforeLoading) {
   o = tiny_options();
   o.alignment = 0;
   rejects(o, "--align 0");
+  // Absurd numbers are refused with their range.
+  o = tiny_options();
+  o.alignment = 3;
+  rejects(o, "--align 3: out of range: a power of two from 1 to 1048576 bytes");
+  o = tiny_options();
+  o.safety = 1e12;
+  rejects(o, "--safety 1000000000000: out of range: a factor from 1 to 100");
   o = tiny_options();
   o.solver = "nope";
   rejects(o, "--solver nope");
@@ -193,9 +200,21 @@ TEST(PlanModel, ChainsAndSizes) {
   EXPECT_EQ(parse_size("1024", "x"), 1024u);
   EXPECT_EQ(parse_size("16GiB", "x"), std::size_t{16} << 30);
   EXPECT_EQ(parse_size("512MiB", "x"), std::size_t{512} << 20);
-  EXPECT_EQ(parse_size("1.5G", "x"), std::size_t{3} << 29);
-  EXPECT_EQ(parse_size("80GB", "x"), std::size_t{80} << 30);
-  EXPECT_EQ(parse_size("4k", "x"), 4096u);
+  EXPECT_EQ(parse_size("1.5GiB", "x"), std::size_t{3} << 29);
+  // A unit means what it says: GB is 10^9 bytes, GiB 2^30; a bare G says neither.
+  EXPECT_EQ(parse_size("80GB", "x"), std::size_t{80'000'000'000});
+  EXPECT_EQ(parse_size("16 gb", "x"), std::size_t{16'000'000'000});
+  EXPECT_EQ(parse_size("4KiB", "x"), 4096u);
+  EXPECT_EQ(parse_size("4kB", "x"), 4000u);
+  EXPECT_THROW(parse_size("1.5G", "x"), InvalidInput);
+  EXPECT_THROW(parse_size("4k", "x"), InvalidInput);
+  // An absurd size is refused with the range.
+  try {
+    parse_size("100000000TiB", "--device-memory");
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("from 1 byte to 8 EiB"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(parse_size("0", "x"), InvalidInput);
   EXPECT_THROW(parse_size("", "x"), InvalidInput);
   EXPECT_THROW(parse_size("12 parsecs", "x"), InvalidInput);

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import modelmem
-from conftest import run_cli, shared_trace
+from conftest import SOURCE, run_cli, shared_trace
 
 
 def test_load_analyze_replay_export_a_shared_trace(tmp_path):
@@ -44,6 +44,10 @@ def test_trace_bad_input(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not a trace"):
         modelmem.Trace.load(str(bad))
+    # A model where a trace belongs: a message that says so (it used to be empty), no raw bytes.
+    with pytest.raises(modelmem.InvalidInputError, match="not a trace: binary data") as e:
+        modelmem.Trace.load(os.path.join(SOURCE, "models", "tiny.onnx"))
+    assert str(e.value).isprintable()
     lines = tmp_path / "lines.csv"
     lines.write_text("event,time_ns,address,size\nalloc,1,0x10,64\nbogus,2,0x10,64\n")
     assert modelmem.Trace.load(str(lines), skip_bad=True).warnings

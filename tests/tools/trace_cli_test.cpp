@@ -223,6 +223,13 @@ TEST_F(TraceCli, BadInputIsOneLineWithExitCodeTwoAndNothingElse) {
   expect_one_line_error("trace " + d + " -o " + d + "/x.csv",
                         d + ": is a directory, not a trace file");
   expect_one_line_error("analyze " + d + "/missing.csv", "no such trace file");
+  // A model given where a trace belongs: named, its bytes never echoed into the terminal.
+  const std::string model = std::string(MODELMEM_SOURCE_DIR) + "/models/tiny.onnx";
+  for (const std::string cmd : {"analyze", "replay", "viz"}) {
+    expect_one_line_error(cmd + " " + model, "not a trace: binary data");
+    CliRun r = run(cmd + " " + model);
+    for (unsigned char c : r.err) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << int(c);
+  }
 
   fs::path bad = write("bad.csv", "event,time_ns,address,size\nalloc,1,0x10,64\nalloc,2,0x20,xx\n");
   for (const std::string& cmd :
@@ -251,6 +258,20 @@ TEST_F(TraceCli, BadInputIsOneLineWithExitCodeTwoAndNothingElse) {
                         "--strategy config needs --config");
   expect_one_line_error("replay --strategy nope " + example_trace(), "unknown strategy 'nope'");
   expect_one_line_error("replay --config strategy:static " + example_trace(), "static_pool_mb");
+  // An absurd repeat count is refused with its range, not "internal error: std::bad_alloc".
+  expect_one_line_error("replay --repeat 1000000000000 " + example_trace(),
+                        "repeat 1000000000000 is out of range: from 1 to 10000 replays");
+  expect_one_line_error("replay --repeat 10000 " + example_trace(), "at most ");
+}
+
+TEST_F(TraceCli, AnOutOfMemoryReplayExitsOne) {
+  // A 1 MiB static pool cannot hold ResNet-50's blocks: the report is printed, the exit code is 1.
+  CliRun r = run("replay --no-touch --strategy config --config strategy:static,static_pool_mb:1 " +
+                 example_trace());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("config"), std::string::npos) << r.out;
+  CliRun fine = run("replay --no-touch --strategy caching " + example_trace());
+  EXPECT_EQ(fine.code, 0) << fine.err;
 }
 
 TEST_F(TraceCli, ConvertsAndDrawsTheExample) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -21,6 +22,11 @@ std::filesystem::path shared_trace(const std::string& file) {
 Trace parse(const std::string& text, ReadOptions options = {}) {
   std::istringstream in(text);
   return parse_trace(in, "t.csv", options);
+}
+
+std::string read_trace_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 bool has_warning(const Trace& t, const std::string& needle) {
@@ -155,6 +161,29 @@ TEST(TraceBadInput, MissingHeaderIsAnError) {
     EXPECT_NE(std::string(e.what()).find("time_ns"), std::string::npos) << e.what();
   }
   EXPECT_THROW(read_trace("/nonexistent/trace.csv"), InvalidInput);
+}
+
+// A model, a pickle or any binary file is named as such, and its bytes are never echoed.
+TEST(TraceBadInput, BinaryInputIsNamedAndNeverEchoed) {
+  const std::string onnx = read_trace_bytes(std::string(MODELMEM_SOURCE_DIR) + "/models/tiny.onnx");
+  for (const std::string& text : {onnx, std::string("\x80\x04\x95\x00\x00garbage\n", 14),
+                                  std::string("ev\x01nt,time_ns\n")}) {
+    try {
+      parse(text);
+      ADD_FAILURE() << "binary input accepted";
+    } catch (const InvalidInput& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("not a trace: binary data"), std::string::npos) << msg;
+      for (unsigned char c : msg) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c);
+    }
+  }
+  // A text header that names no columns is echoed, made printable.
+  try {
+    parse("caf\xc3\xa9,x\n");
+    ADD_FAILURE();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("caf\\xc3\\xa9"), std::string::npos) << e.what();
+  }
 }
 
 ReadOptions skip_bad() {

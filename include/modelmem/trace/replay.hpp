@@ -22,9 +22,16 @@ namespace modelmem::trace {
 struct ReplayOptions {
   /// Write one byte per 4 KiB page of every block (as a program would use it); not timed.
   bool touch = true;
-  /// Replays of the whole trace (blocks the trace never frees are freed between replays).
+  /// Replays of the whole trace (blocks the trace never frees are freed between replays), from
+  /// 1 to kMaxRepeat, and at most kMaxReplayedBlocks blocks in all (each one's time is kept).
   std::size_t repeat = 1;
+  static constexpr std::size_t kMaxRepeat = 10'000;
+  static constexpr std::size_t kMaxReplayedBlocks = 10'000'000;
 };
+
+/// InvalidInput, with the range, for a repeat count out of [1, kMaxRepeat] or one that would
+/// replay more than kMaxReplayedBlocks blocks of a trace of `blocks` blocks (0: not known yet).
+void check_repeat(std::size_t repeat, std::size_t blocks = 0);
 
 struct ReplayResult {
   std::string strategy;
