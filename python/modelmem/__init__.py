@@ -8,23 +8,28 @@ process's pools (info). The package wraps the C++ library: the same code as the 
 See docs/python.md.
 """
 
+__version__ = "0.1.0"  # the CMake project's version (tests/python/test_install.py checks)
+
+from ._native import library_path
 from ._errors import (ConfigError, CudaAllocatorUnavailable, Error, InvalidInputError,
                       NpuAllocatorUnavailable, OutOfMemoryError, QuotaExceededError,
                       UnsupportedError)
-from . import _modelmem
+from ._torch_check import check_before_load as _check_before_load
+
+_check_before_load()  # the extension links libtorch: a different torch here must not meet it
+from . import _modelmem  # noqa: E402
 from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Placement,
                         Plan, PlannedTensor, Pool, StepStats, Trace, TraceRecording, config,
                         config_keys, config_report, info, info_report, place, plan, pool, solve,
                         solver_names)
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Advice", "AllocationSite", "Analysis", "BucketPlan", "ConfigError",
     "CudaAllocatorUnavailable", "Error", "InvalidInputError", "MemoryLogger",
     "NpuAllocatorUnavailable", "OutOfMemoryError", "Placement", "Plan", "PlannedTensor", "Pool",
     "QuotaExceededError", "StepStats", "Trace", "TraceRecording", "UnsupportedError", "config",
-    "config_keys", "config_report", "info", "info_report", "place", "plan", "pool", "solve", "solver_names", "torch",
+    "config_keys", "config_report", "info", "info_report", "library_path", "place", "plan", "pool",
+    "solve", "solver_names", "torch",
 ]
 
 

@@ -13,8 +13,12 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised where python3-torch is missing
     raise ImportError("modelmem.torch needs PyTorch (Debian: apt-get install python3-torch)") from _e
 
-from . import _modelmem
-from ._errors import CudaAllocatorUnavailable, NpuAllocatorUnavailable
+from . import _build_info, _modelmem, _torch_check
+from ._errors import CudaAllocatorUnavailable, NpuAllocatorUnavailable, UnsupportedError
+from ._native import LIBRARIES, find_library
+
+# The torch just imported must be the one the extension was built against (version, C++ ABI).
+_torch_check.check_loaded(_torch)
 
 __all__ = ["use_cpu_allocator", "CpuAllocator", "cuda_allocator", "npu_allocator"]
 
@@ -83,6 +87,13 @@ def use_cpu_allocator(config="strategy:planned"):
     config returns a handle to the same allocator."""
     if not isinstance(config, str):
         raise _modelmem_error("InvalidInputError", "config must be a str such as 'strategy:planned'")
+    if not _modelmem._have_torch:
+        raise UnsupportedError(
+            f"modelmem.torch.use_cpu_allocator is not available: this modelmem has no libtorch "
+            f"integration ({_build_info.without_torch or 'built without libtorch'}). Reinstall "
+            f"it where torch "
+            f"and its CMake package are present: pip install --no-build-isolation "
+            f"--force-reinstall --no-deps <modelmem source folder>")
     _modelmem._install_cpu_allocator(config)
     return CpuAllocator(config)
 
@@ -106,7 +117,7 @@ def cuda_allocator(config="strategy:caching"):
     if not _torch.cuda.is_available():
         raise CudaAllocatorUnavailable(
             "modelmem.torch.cuda_allocator: no CUDA device (torch.cuda.is_available() is False)")
-    lib = _find_library("libmodelmem_cuda_alloc.so", "MODELMEM_CUDA_ALLOC_LIB")
+    lib = find_library(*LIBRARIES["cuda"])
     if lib is None:
         raise CudaAllocatorUnavailable(
             "modelmem.torch.cuda_allocator: libmodelmem_cuda_alloc.so not found (build modelmem "
@@ -122,7 +133,7 @@ def npu_allocator(config="strategy:caching"):
     Pass it to torch_npu.npu.memory.change_current_allocator before the first NPU allocation.
     Raises NpuAllocatorUnavailable (an UnsupportedError) naming what is missing: the library, or
     torch_npu with its pluggable allocator. ConfigError for a bad string, before anything is set."""
-    lib = _find_library("libmodelmem_npu_alloc.so", "MODELMEM_NPU_ALLOC_LIB")
+    lib = find_library(*LIBRARIES["npu"])
     if lib is None:
         raise NpuAllocatorUnavailable(
             "modelmem.torch.npu_allocator: libmodelmem_npu_alloc.so not found (built from "
@@ -137,17 +148,3 @@ def npu_allocator(config="strategy:caching"):
     os.environ["MODELMEM_ALLOC_CONF"] = config
     return NPUPluggableAllocator(lib, "modelmem_npu_alloc", "modelmem_npu_free")
 
-
-def _find_library(name, env):
-    path = os.environ.get(env)
-    if path:
-        return path if os.path.exists(path) else None
-    here = os.path.dirname(os.path.abspath(__file__))
-    # The package's folder, the build tree (build/python/modelmem -> build/), the installed
-    # prefix's library folder (PREFIX/lib/python3.X/dist-packages/modelmem -> PREFIX/lib/).
-    for d in (here, os.path.join(here, "..", ".."), os.path.join(here, "..", "..", ".."),
-              "/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib"):
-        p = os.path.normpath(os.path.join(d, name))
-        if os.path.exists(p):
-            return p
-    return None

@@ -1,5 +1,8 @@
-"""Shared fixtures of the Python tests (run by CTest: python_tests, with PYTHONPATH=build/python)."""
+"""Shared fixtures of the Python tests. CTest runs them twice: python_tests against the build tree
+(PYTHONPATH=build/python), python_venv_install against a pip installation (MODELMEM_INSTALLED=1:
+the package and the `modelmem` entry point of the interpreter running pytest; venv_check.py)."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -7,12 +10,24 @@ import pytest
 
 SOURCE = os.environ.get("MODELMEM_SOURCE_DIR") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.environ.get("MODELMEM_BINARY_DIR") or os.path.join(SOURCE, "build")
 SHARED = os.environ.get("MODELMEM_SHARED_DATA") or os.path.join(SOURCE, "..", "shared", "data")
 if not os.path.isdir(SHARED):  # a worktree one level further down
     SHARED = os.path.join(SOURCE, "..", "..", "shared", "data")
-CLI = os.path.join(BUILD, "modelmem")
-PYTHONPATH = os.path.join(BUILD, "python")
+INSTALLED = os.environ.get("MODELMEM_INSTALLED") == "1"
+if INSTALLED:
+    import modelmem as _installed
+    BUILD = None
+    PYTHONPATH = os.path.dirname(os.path.dirname(_installed.__file__))  # its site-packages
+    CLI = os.path.join(os.path.dirname(sys.executable), "modelmem")  # the console entry point
+    if not os.path.exists(CLI):
+        CLI = shutil.which("modelmem") or CLI
+else:
+    BUILD = os.environ.get("MODELMEM_BINARY_DIR") or os.path.join(SOURCE, "build")
+    CLI = os.path.join(BUILD, "modelmem")
+    PYTHONPATH = os.path.join(BUILD, "python")
+
+needs_build_tree = pytest.mark.skipif(INSTALLED, reason="tests the CMake build tree's install; "
+                                      "this run is against a pip installation")
 
 try:
     import torch  # noqa: F401

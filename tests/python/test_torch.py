@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 import modelmem
-from conftest import CLI, SOURCE, needs_torch, run_python
+from conftest import CLI, SOURCE, needs_build_tree, needs_torch, run_python
 
 
 def check(code, **kw):
@@ -207,6 +207,7 @@ def test_cuda_and_npu_allocators_say_what_is_missing():
     assert "libmodelmem_npu_alloc.so" in out or "torch_npu" in out
 
 
+@needs_build_tree
 def test_package_installs_into_a_prefix(tmp_path):
     from conftest import BUILD
     import subprocess
