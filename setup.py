@@ -124,8 +124,9 @@ class CMakeBuild(build_ext):
             raise SystemExit("modelmem: editable installs are not supported; use `pip install "
                              "--no-build-isolation .` (or PYTHONPATH=build/python after a CMake "
                              "build)")
-        subprocess.run(["cmake", "--install", build_dir, "--component", "wheel", "--prefix", out],
-                       check=True)
+        # Stripped: the symbol tables and debug information stay in the CMake tree.
+        subprocess.run(["cmake", "--install", build_dir, "--component", "wheel", "--prefix", out,
+                        "--strip"], check=True)
 
     def get_outputs(self):
         return []

@@ -34,7 +34,8 @@ def test_native_files_are_found_in_the_package():
     with pytest.raises(ValueError, match="preload, cuda, npu"):
         modelmem.library_path("rocm")
     if INSTALLED:  # copies in the package, nothing pointing elsewhere
-        assert not PKG.startswith(SOURCE + os.sep)
+        assert not PKG.startswith(os.path.join(SOURCE, "python") + os.sep)
+        assert os.path.basename(os.path.dirname(PKG)) in ("site-packages", "dist-packages"), PKG
         for sub in ("lib", "bin"):
             for n in os.listdir(os.path.join(PKG, sub)):
                 assert not os.path.islink(os.path.join(PKG, sub, n)), n
@@ -123,3 +124,29 @@ def test_the_torch_here_is_the_one_built_against():
     assert _build_info.torch_version == str(torch.__version__)
     assert _build_info.torch_cxx11_abi == bool(torch._C._GLIBCXX_USE_CXX11_ABI)
     assert _build_info.without_torch is None
+
+
+@needs_torch
+def test_plan_and_cpu_allocator_from_outside_the_source_tree(tmp_path):
+    # What a user does after installing: from another folder, a plan, PyTorch on the CPU
+    # allocator, and the command-line tool on the same model.
+    model = os.path.join(SOURCE, "models", "tiny.onnx")
+    code = textwrap.dedent(f"""
+        import torch, modelmem, modelmem.torch as mt
+        p = modelmem.plan({model!r}, dims={{"n": 2}})
+        h = mt.use_cpu_allocator("strategy:caching")
+        x = torch.ones(1 << 18)
+        assert h.stats()["allocated_bytes.all.current"] >= x.numel() * 4
+        print(modelmem.__file__, p.arena_bytes)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+    assert r.returncode == 0, r.stderr
+    path, arena = r.stdout.split()
+    assert path == modelmem.__file__
+    cli = subprocess.run([sys.executable, "-m", "modelmem", "plan", model, "--dim", "n=2"],
+                         capture_output=True,
+                         text=True, timeout=300, cwd=str(tmp_path),
+                         env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+    assert cli.returncode == 0, cli.stderr
+    assert f"planned arena  {int(arena):,} B" in cli.stdout, (arena, cli.stdout)
