@@ -25,8 +25,8 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-const std::vector<DeviceKind>& device_kinds() {
-  static const std::vector<DeviceKind> kinds = {
+const std::vector<Accelerator>& accelerators() {
+  static const std::vector<Accelerator> kinds = {
       {"910A",
        true,
        32768,
@@ -69,9 +69,9 @@ const std::vector<DeviceKind>& device_kinds() {
   return kinds;
 }
 
-const DeviceKind& device_kind(const std::string& name) {
+const Accelerator& accelerator(const std::string& name) {
   std::string names;
-  for (const auto& k : device_kinds()) {
+  for (const auto& k : accelerators()) {
     if (lower(k.name) == lower(name)) return k;
     names += (names.empty() ? "" : ", ") + k.name;
   }
@@ -124,12 +124,12 @@ void add_group(const std::string& group, const std::string& node, std::vector<De
   if (auto colon = rest.find(':'); colon != std::string::npos) {
     size = rest.substr(0, colon);
     kind_name = rest.substr(colon + 1);
-  } else if (std::any_of(device_kinds().begin(), device_kinds().end(),
-                         [&](const DeviceKind& k) { return lower(k.name) == lower(rest); })) {
+  } else if (std::any_of(accelerators().begin(), accelerators().end(),
+                         [&](const Accelerator& k) { return lower(k.name) == lower(rest); })) {
     kind_name = rest;
     size.clear();
   }
-  const DeviceKind& kind = device_kind(kind_name);
+  const Accelerator& kind = accelerator(kind_name);
   std::size_t bytes = 0;
   if (!size.empty())
     bytes = model::parse_size(size, "--devices " + group);
@@ -348,7 +348,7 @@ std::vector<ModelSpec> read_models(const std::string& path) {
   return out;
 }
 
-Need model_need(const ModelSpec& spec) {
+ModelNeed model_need(const ModelSpec& spec) {
   // The one place a model's figure is computed: weights + the arena planned for its runtime's
   // lifetimes (modelmem plan's "total"), which is what plan_device gives each pool.
   model::PlanOptions o;
@@ -357,7 +357,7 @@ Need model_need(const ModelSpec& spec) {
   o.runtime = spec.runtime;
   o.ignore_unknown_dims = spec.shared_dims;
   const model::ModelPlan mp = model::plan_model(spec.path, o);
-  Need n;
+  ModelNeed n;
   n.weights = mp.weights_bytes;
   n.activations = mp.arena();
   n.bytes = mp.total();

@@ -187,7 +187,7 @@ Packing solve(const Problem& p, std::size_t exact_limit) {
 // templates, the smallest vNPU template that holds it, else the whole device.
 std::pair<std::size_t, std::string> charge_on(std::size_t request, const Device& d,
                                               bool templates) {
-  if (!templates || !device_kind(d.kind).ascend) return {request, ""};
+  if (!templates || !accelerator(d.kind).ascend) return {request, ""};
   if (const VnpuTemplate* t = vnpu_template(request, d)) return {t->mib * kMiB, t->name};
   if (request <= d.bytes) return {d.bytes, ""};
   return {request, ""};
@@ -196,7 +196,7 @@ std::pair<std::size_t, std::string> charge_on(std::size_t request, const Device&
 }  // namespace
 
 const VnpuTemplate* vnpu_template(std::size_t request, const Device& device) {
-  for (const auto& t : device_kind(device.kind).templates)
+  for (const auto& t : accelerator(device.kind).templates)
     if (t.mib * kMiB >= request && t.mib * kMiB <= device.bytes) return &t;
   return nullptr;
 }
@@ -234,7 +234,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
                 const PlaceOptions& options) {
   if (models.empty()) throw InvalidInput("no model to place");
   if (devices.empty()) throw InvalidInput("no device to place the models on");
-  std::vector<Need> needs;
+  std::vector<ModelNeed> needs;
   for (const auto& m : models) needs.push_back(model_need(m));
   // One --dim list for several files: each dim must be some model's.
   for (const auto& m : models)
@@ -250,7 +250,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
   return place(models, needs, devices, options);
 }
 
-Placement place(const std::vector<ModelSpec>& models, const std::vector<Need>& needs,
+Placement place(const std::vector<ModelSpec>& models, const std::vector<ModelNeed>& needs,
                 const std::vector<Device>& devices, const PlaceOptions& options) {
   if (models.empty()) throw InvalidInput("no model to place");
   if (devices.empty()) throw InvalidInput("no device to place the models on");
@@ -262,7 +262,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Need>& n
       throw InvalidInput(fmt::format("model name '{}' given twice (names must be unique)", m.name));
     if (m.replicas < 1) throw InvalidInput(fmt::format("model {}: replicas must be >= 1", m.name));
   }
-  for (const auto& d : devices) device_kind(d.kind);
+  for (const auto& d : devices) accelerator(d.kind);
   Placement pl;
   pl.models = models;
   pl.needs = needs;

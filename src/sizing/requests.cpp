@@ -134,7 +134,7 @@ std::string target_name(Target target) {
 ContainerCap container_cap(const Placement& pl, std::size_t replica, Target target) {
   const Replica& r = pl.replicas.at(replica);
   const Device& d = device_of(pl, replica);
-  const DeviceKind& kind = device_kind(d.kind);
+  const Accelerator& kind = accelerator(d.kind);
   ContainerCap c;
   c.request = r.request;
   const VnpuTemplate* t = vnpu_template(r.request, d);
@@ -198,7 +198,7 @@ Json metadata(const std::string& name, const std::string& app, const EmitOptions
 std::string comment(const Placement& pl, std::size_t i, const ContainerCap& c) {
   const Replica& r = pl.replicas[i];
   const Device& d = device_of(pl, i);
-  const Need& n = pl.needs[r.model];
+  const ModelNeed& n = pl.needs[r.model];
   return fmt::format(
       "# {} on device {} ({}): need {} ({} bytes), request {} MiB; the container sees {}; "
       "cap {} bytes = request\n",
@@ -233,7 +233,7 @@ ContainerCap one_cap(const Placement& pl, std::size_t m, Target target, const ch
 Json limits_hami(const Placement& pl, std::size_t i) {
   const Replica& r = pl.replicas[i];
   const Device& d = device_of(pl, i);
-  const DeviceKind& kind = device_kind(d.kind);
+  const Accelerator& kind = accelerator(d.kind);
   Json limits = {{kind.hami_resource, "1"}};
   // Without -memory HAMi gives an Ascend container the whole NPU.
   if (!kind.ascend || vnpu_template(r.request, d))
@@ -254,7 +254,7 @@ Json pod(const Placement& pl, std::size_t i, const Json& container_json, const E
   const Device& d = device_of(pl, i);
   Json spec = Json::object();
   if (!d.node.empty()) spec["nodeSelector"] = {{"kubernetes.io/hostname", d.node}};
-  if (device_kind(d.kind).ascend) spec["runtimeClassName"] = "ascend";
+  if (accelerator(d.kind).ascend) spec["runtimeClassName"] = "ascend";
   spec["containers"] = Json::array({container_json});
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
@@ -282,7 +282,7 @@ std::string emit_hami(const Placement& pl, const EmitOptions& o) {
     for (std::size_t i : reps) nodes.insert(device_of(pl, i).node);
     if (nodes.size() == 1 && !nodes.begin()->empty())
       pod_spec["nodeSelector"] = {{"kubernetes.io/hostname", *nodes.begin()}};
-    if (device_kind(device_of(pl, reps[0]).kind).ascend) pod_spec["runtimeClassName"] = "ascend";
+    if (accelerator(device_of(pl, reps[0]).kind).ascend) pod_spec["runtimeClassName"] = "ascend";
     pod_spec["containers"] =
         Json::array({container(pl, m, c, {{"limits", limits_hami(pl, reps[0])}})});
     Json dep = {{"apiVersion", "apps/v1"},
@@ -305,9 +305,9 @@ std::string emit_vnpu(const Placement& pl, const EmitOptions& o) {
     const Replica& r = pl.replicas[i];
     const ContainerCap c = container_cap(pl, i, Target::kVnpu);
     const Device& d = device_of(pl, i);
-    const DeviceKind& kind = device_kind(d.kind);
+    const Accelerator& kind = accelerator(d.kind);
     const VnpuTemplate* t = vnpu_template(r.request, d);
-    const Need& n = pl.needs[r.model];
+    const ModelNeed& n = pl.needs[r.model];
     const std::size_t given = t ? t->mib * kMiB : d.bytes;
     out += "---\n" + comment(pl, i, c) +
            fmt::format("# static vNPU: {} of {} MiB for a need of {}: {} unused ({:.1f}%)\n",
@@ -324,7 +324,7 @@ std::string emit_dra(const Placement& pl, const EmitOptions& o) {
   std::string out;
   std::set<std::string> classes;
   for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
-    const DeviceKind& kind = device_kind(device_of(pl, i).kind);
+    const Accelerator& kind = accelerator(device_of(pl, i).kind);
     const std::string driver = o.dra_driver.empty() ? kind.dra_driver : o.dra_driver;
     if (driver.empty())
       throw InvalidInput(fmt::format(
@@ -381,7 +381,7 @@ std::string emit_ray(const Placement& pl) {
   for (std::size_t m = 0; m < pl.models.size(); ++m) {
     const auto reps = replicas_of(pl, m);
     const ContainerCap c = one_cap(pl, m, Target::kRay, "Ray deployment");
-    const DeviceKind& kind = device_kind(device_of(pl, reps[0]).kind);
+    const Accelerator& kind = accelerator(device_of(pl, reps[0]).kind);
     // Ray's fractional resources are logical (they limit nothing) and kept to 4 decimals;
     // rounded up so that Ray never packs more replicas on a device than the memory allows.
     const double share =

@@ -27,7 +27,7 @@ struct VnpuTemplate {
 };
 
 /// An accelerator model and the names schedulers give it.
-struct DeviceKind {
+struct Accelerator {
   std::string name;             ///< "910A", "910B3", "310P", "gpu"
   bool ascend = false;          ///< Ascend NPU (torch_npu) or NVIDIA GPU (PyTorch CUDA)
   std::size_t mib = 0;          ///< memory a scheduler hands out, MiB (0: must be given)
@@ -39,8 +39,8 @@ struct DeviceKind {
 };
 
 /// Every known kind, and one by name (case-insensitive); InvalidInput names the known ones.
-const std::vector<DeviceKind>& device_kinds();
-const DeviceKind& device_kind(const std::string& name);
+const std::vector<Accelerator>& accelerators();
+const Accelerator& accelerator(const std::string& name);
 
 /// One device: where it is, its memory and its kind.
 struct Device {
@@ -96,7 +96,7 @@ std::vector<ModelSpec> models_from_files(const std::vector<std::string>& paths,
 std::string object_name(const std::string& text);
 
 /// What one replica of a model needs on its device, and where the figure comes from.
-struct Need {
+struct ModelNeed {
   std::size_t weights = 0;
   std::size_t activations = 0;          ///< the planned arena for the model's runtime
   std::size_t bytes = 0;                ///< weights + activations
@@ -105,7 +105,7 @@ struct Need {
 };
 
 /// The need of one replica: the one function every figure of the placement comes from.
-Need model_need(const ModelSpec& model);
+ModelNeed model_need(const ModelSpec& model);
 
 // ---- packing ----
 
@@ -153,7 +153,7 @@ struct Shortfall {
 
 struct Placement {
   std::vector<ModelSpec> models;
-  std::vector<Need> needs;  ///< one per model
+  std::vector<ModelNeed> needs;  ///< one per model
   std::vector<Device> devices;
   std::vector<Replica> replicas;
   Packing packing;
@@ -172,7 +172,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
                 const PlaceOptions& options = {});
 /// As place(), with the needs given (one per model): what tests and callers with their own
 /// figures use.
-Placement place(const std::vector<ModelSpec>& models, const std::vector<Need>& needs,
+Placement place(const std::vector<ModelSpec>& models, const std::vector<ModelNeed>& needs,
                 const std::vector<Device>& devices, const PlaceOptions& options = {});
 
 /// The report `modelmem place` prints: each model's need, each device's replicas and
