@@ -188,6 +188,7 @@ class ExactSolver final : public Solver {
         }
         report();
       }
+      report();  // the best arena found, also when the first plans needed no search
       r.plan = assemble();
       r.lower_bound = std::min(lo, hi_);
       r.proven_optimal = lo >= hi_;

@@ -121,12 +121,20 @@ TEST(ExactSolver, StartsFromTheCallersPlanAndReportsProgress) {
   stacked.arena_size = top;
   SolveOptions o = quick();
   o.initial = stacked;
-  int calls = 0;
-  o.progress = [&](std::size_t, double) { ++calls; };
+  std::vector<std::size_t> reported;
+  o.progress = [&](std::size_t best, double) { reported.push_back(best); };
   SolveResult r = make_exact_solver()->solve(p, o);
   ASSERT_TRUE(r.plan && r.proven_optimal);
   EXPECT_LE(r.plan->arena_size, top);
-  EXPECT_GE(calls, 0);
+  // Progress is reported, with the best arena so far: never worse than the caller's plan, never
+  // better than the optimum, never growing, and the optimum when the search ends.
+  ASSERT_FALSE(reported.empty());
+  for (std::size_t i = 0; i < reported.size(); ++i) {
+    EXPECT_LE(reported[i], top);
+    EXPECT_GE(reported[i], r.plan->arena_size);
+    if (i > 0) EXPECT_LE(reported[i], reported[i - 1]);
+  }
+  EXPECT_EQ(reported.back(), r.plan->arena_size);
 }
 
 TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
