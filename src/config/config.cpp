@@ -17,15 +17,8 @@
 #include <set>
 #include <vector>
 
-#include "modelmem/alloc/direct_allocator.hpp"
-#include "modelmem/alloc/planned_allocator.hpp"
-#include "modelmem/alloc/static_allocator.hpp"
-#include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
-#include "modelmem/device/host.hpp"
-#include "modelmem/device/limited.hpp"
-#include "modelmem/plan/plan_file.hpp"
 #include "modelmem/plan/solver.hpp"
 
 namespace modelmem::config {

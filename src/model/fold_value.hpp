@@ -32,9 +32,6 @@ struct Value {
     return dtype == onnx::TensorProto::FLOAT || dtype == onnx::TensorProto::DOUBLE;
   }
   std::size_t count() const { return is_real() ? reals.size() : ints.size(); }
-  std::int64_t int_at(std::size_t i) const {
-    return is_real() ? static_cast<std::int64_t>(reals[i]) : ints[i];
-  }
   double real_at(std::size_t i) const {
     return is_real() ? reals[i] : static_cast<double>(ints[i]);
   }

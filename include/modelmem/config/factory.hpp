@@ -1,5 +1,7 @@
 // The factory that builds the allocator stack a Config describes: device, virtual-memory probe,
-// strategy, fallback, adaptors (quota, partitions, trace recorder, monitor publisher).
+// strategy, fallback, and per-model pools (a quota per pool, a router in front). It attaches no
+// trace recorder and publishes nothing to the monitor: the caller does (the LD_PRELOAD library,
+// the pluggable libraries, Python).
 #pragma once
 
 #include <cstddef>
