@@ -73,6 +73,10 @@ struct Param {
   std::size_t thread_cache = 0;  // thread_cache_bytes
   bool membarrier = true;
 };
+// Test output names the case ("GetParam() = fixed_limited"), not its bytes.
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.name;
+}
 
 class CachingRandom : public ::testing::TestWithParam<Param> {};
 

@@ -124,6 +124,10 @@ inline std::vector<Case> conformance_cases(const std::string& device_name,
   return out;
 }
 
+inline void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.device_name << "_" << c.strategy.name;
+}
+
 inline std::string conformance_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.device_name + "_" + info.param.strategy.name;
 }

@@ -137,6 +137,9 @@ struct Recorded {
   const char* file;
   std::size_t step_events;
 };
+void PrintTo(const Recorded& r, std::ostream* os) {
+  *os << r.file << " (" << r.step_events << " events a step)";
+}
 class RecordedTrace : public ::testing::TestWithParam<Recorded> {};
 
 TEST_P(RecordedTrace, PeriodIsOneInference) {
@@ -164,7 +167,11 @@ TEST_P(RecordedTrace, PeriodIsOneInference) {
 }
 INSTANTIATE_TEST_SUITE_P(Shared, RecordedTrace,
                          ::testing::Values(Recorded{"torch_resnet50.events.csv", 536},
-                                           Recorded{"torch_bert.events.csv", 890}));
+                                           Recorded{"torch_bert.events.csv", 890}),
+                         [](const ::testing::TestParamInfo<Recorded>& info) {
+                           std::string name = info.param.file;
+                           return name.substr(0, name.find('.'));
+                         });
 
 }  // namespace
 }  // namespace modelmem::plan
