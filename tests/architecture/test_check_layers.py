@@ -42,6 +42,7 @@ def test_each_breach_is_named(tmp_path):
     write(tmp_path, "integrations/preload/preload.cpp", "int x;\n" * 601)
     write(tmp_path, "include/modelmem/flat.hpp", "#pragma once\n")
     write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
+    write(tmp_path, "include/modelmem/plan/problem.hpp", '#include "modelmem/alloc/stats.hpp"\n')
     r = check(tmp_path)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
@@ -50,4 +51,6 @@ def test_each_breach_is_named(tmp_path):
     assert any(l.startswith("src/alloc/caching.cpp:1: includes model/graph.hpp") for l in lines)
     assert "integrations/preload/preload.cpp: 601 lines (at most 600)" in lines
     assert "include/modelmem/flat.hpp: a public header outside a layer's folder" in lines
-    assert len(lines) == 5, lines
+    assert ("include/modelmem/plan/problem.hpp:1: includes alloc/stats.hpp: src/plan may include "
+            "only core, plan") in lines
+    assert len(lines) == 6, lines
