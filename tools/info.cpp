@@ -1,6 +1,7 @@
 // `modelmem info`: device memory, then every publishing process and its pools (the view and
 // its renderings are the library's: monitor/view.hpp, monitor/render.hpp).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,12 @@ void setup(CLI::App& app, int& exit_code) {
     }
     for (const auto& n : v.notes) std::fprintf(stderr, "modelmem info: note: %s\n", n.c_str());
     exit_code = (opts->pid > 0 && v.scan.processes.empty()) ? 1 : 0;
+    if (exit_code == 1) {
+      // Say which pid, and whether it runs at all (the report above only says nobody publishes).
+      const bool runs = std::filesystem::exists("/proc/" + std::to_string(opts->pid));
+      std::fprintf(stderr, "modelmem info: pid %lld publishes no modelmem pools%s\n",
+                   static_cast<long long>(opts->pid), runs ? "" : " (no such process)");
+    }
   });
 }
 

@@ -645,6 +645,13 @@ TEST(Info, SeesBothPoolsOfAChildWithTheRightNumbers) {
   EXPECT_FALSE(fs::exists(shm_path(c.segment)));
   CliRun gone = run_cli("info --json -p " + std::to_string(c.pid));
   EXPECT_EQ(gone.status, 1);
+  // The pid asked for is named, and whether it runs at all.
+  modelmem::testing::CommandResult none =
+      modelmem::testing::run_command(std::string(MODELMEM_CLI) + " info -p 999999 2>&1 >/dev/null");
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.out.find("pid 999999 publishes no modelmem pools (no such process)"),
+            std::string::npos)
+      << none.out;
 }
 
 TEST(Info, ReportsAndCleansTheSegmentOfAKilledChild) {
