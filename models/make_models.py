@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Makes the example models of modelmem: graph-only ONNX files (weights keep their dims and
-types, but carry no data) for ResNet-50 and a BERT-base encoder, and a tiny hand-checkable model.
+types, but carry no data) for ResNet-50, a BERT-base encoder, a GPT-2-style decoder exported with
+its KV cache, and a tiny hand-checkable model.
 
 Run with Debian's python3 (python3-torch, python3-torchvision, python3-onnx):
     /usr/bin/python3 models/make_models.py [OUTDIR]
@@ -137,7 +138,12 @@ def main():
            os.path.join(out, "resnet50.onnx"), "input", {"input": {0: "batch"}, "output": {0: "batch"}})
     export(BertEncoder(), torch.randint(0, 30522, (1, 128)), os.path.join(out, "bert_base.onnx"),
            "input_ids", {"input_ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}})
-    for name in ("tiny.onnx", "resnet50.onnx", "bert_base.onnx"):
+    # The GPT-2-style decoder with its KV cache of the serving tests (tests/sizing/).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "sizing"))
+    import gpt2_decoder
+    gpt2_decoder.export(os.path.join(out, "gpt2_decoder.onnx"))
+    for name in ("tiny.onnx", "resnet50.onnx", "bert_base.onnx", "gpt2_decoder.onnx"):
         print(name, os.path.getsize(os.path.join(out, name)), "bytes")
 
 

@@ -16,6 +16,7 @@
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "plan_serve.hpp"
 
 namespace fs = std::filesystem;
 
@@ -92,6 +93,7 @@ model::PlanOptions plan_options(const PlanArgs& args) {
 }
 
 int run_plan(const PlanArgs& args) {
+  if (args.models.empty()) throw InvalidInput("plan: give an ONNX model (or --serve MODEL)");
   model::PlanOptions options = plan_options(args);
   model::validate(options);
   check_output("--json", args.json);
@@ -144,8 +146,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
       app.add_subcommand("plan", "Plan the activation memory of an ONNX model ahead of time");
   cmd->add_option("model", args->models,
                   "ONNX model file (weights embedded, external or absent); several with "
-                  "--device-memory")
-      ->required();
+                  "--device-memory");
   cmd->add_option("--dim", args->dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
   cmd->add_option(
          "--solver", args->solver,
@@ -197,7 +198,20 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-module-scopes", args->no_module_scopes,
                 "Eager figure without holding a PyTorch module's arguments until it returns "
                 "(scopes read from torch.onnx node names)");
-  cmd->callback([args, &exit_code] { exit_code = run_plan(*args); });
+  auto serve = add_serve_options(cmd);
+  cmd->callback([args, serve, cmd, &exit_code] {
+    if (serve->model.empty()) {
+      exit_code = run_plan(*args);
+      return;
+    }
+    if (!args->models.empty())
+      throw InvalidInput("--serve MODEL plans one model: give no other model");
+    exit_code =
+        run_plan_serve(*serve,
+                       {args->device_memory, cmd->count("--dtype") ? args->dtype : "",
+                        args->lengths, args->json, cmd->count("--runtime") ? args->runtime : ""},
+                       cmd);
+  });
 }
 
 CommandRegistration reg(30, &setup_plan);

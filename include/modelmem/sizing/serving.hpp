@@ -1,0 +1,98 @@
+// The serving plan of a decoder LLM (`modelmem plan --serve MODEL`): on a device of a given size,
+// the weights, one step's activation peak (a decode step of B sequences and a prefill chunk of T
+// tokens, planned from an ONNX export with its KV cache kept out of the arena) and an overhead
+// leave a KV-cache pool; in whole blocks of `block_size` tokens it holds `kv_tokens` tokens,
+// `max_concurrency` sequences at the context, one sequence of `max_context` tokens. With the
+// settings that make vLLM / vllm-ascend, SGLang and TensorRT-LLM allocate exactly that pool, and
+// what each engine's own formula would give on the same device. MODEL is an ONNX decoder or a
+// Hugging Face checkpoint folder (config.json + safetensors headers; activations from an ONNX
+// export given with `onnx`, else a per-family formula, an estimate). Value types.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modelmem/model/kv_cache.hpp"
+
+namespace modelmem::sizing {
+
+struct ServeOptions {
+  std::size_t device_memory = 0;           ///< bytes of one device (> 0)
+  std::int64_t context = 0;                ///< --context; 0: the model's max positions, else 8192
+  std::int64_t block_size = 16;            ///< tokens per KV block
+  std::int64_t max_batched_tokens = 8192;  ///< the prefill chunk planned (tokens of one step)
+  std::int64_t max_num_seqs = 256;         ///< the decode batch planned
+  std::string dtype;                   ///< weights and activations: "" as stored, fp32/fp16/bf16
+  std::string kv_dtype;                ///< "" = dtype (or as stored); fp8/int8 1 byte
+  int tp = 1;                          ///< tensor-parallel ranks: per-rank weights and KV heads
+  std::size_t overhead = 0;            ///< bytes beside weights, activations and KV (runtime)
+  std::string lengths_path;            ///< request lengths (total tokens), one per line
+  std::optional<double> mean_context;  ///< or a mean request length
+  std::vector<std::pair<std::string, std::string>> kv_pairs;  ///< --kv INPUT=OUTPUT
+  std::string onnx;  ///< checkpoint path: the ONNX export its activations are planned from
+  std::string runtime = "eager";  ///< activation figure: eager (PyTorch peak) or static arena
+  double engine_fraction = 0.9;   ///< the engines' default fraction compared with
+};
+
+/// Rejects bad options with InvalidInput before anything is read.
+void validate(const ServeOptions& options);
+
+struct EngineSettings {
+  std::string engine;                           ///< "vllm", "sglang", "tensorrt_llm"
+  std::map<std::string, std::string> settings;  ///< flag or key -> value
+  std::string command;                          ///< the flags as one line
+  long long default_kv_tokens = 0;  ///< what the engine's own formula gives at its default
+  std::string difference;           ///< how much and why it differs from kv_tokens
+};
+
+struct ServePlan {
+  std::string model;
+  std::string source;             ///< "onnx" or "checkpoint"
+  std::string activation_source;  ///< "planned from ONNX (eager)" / "estimate (formula)"
+  std::size_t device_memory = 0;
+  std::int64_t context = 0;
+  std::int64_t block_size = 0;
+  std::int64_t decode_batch = 0;
+  std::int64_t prefill_tokens = 0;
+  int tp = 1;
+  std::size_t weights_bytes = 0;  ///< on one rank
+  std::size_t decode_activation_bytes = 0;
+  std::size_t prefill_activation_bytes = 0;
+  std::size_t activation_bytes = 0;  ///< the larger of the two
+  std::size_t overhead_bytes = 0;
+  model::KvCache kv;
+  std::size_t kv_bytes_per_token = 0;  ///< all layers, one rank
+  std::size_t kv_block_bytes = 0;      ///< block_size tokens
+  std::size_t kv_cache_bytes = 0;      ///< the pool: whole blocks
+  std::size_t kv_blocks = 0;
+  std::size_t kv_tokens = 0;        ///< kv_blocks x block_size
+  std::size_t sequence_bytes = 0;   ///< one sequence at the context, in blocks
+  double max_concurrency = 0;       ///< sequences at the context (vLLM's "X.XXx")
+  std::size_t max_sequences = 0;    ///< whole sequences at the context
+  std::int64_t max_context = 0;     ///< the longest one sequence can be alone
+  bool max_context_capped = false;  ///< max_context stopped at the model's positions
+  std::int64_t model_max_positions = 0;
+  // Capacity over a distribution of request lengths (lengths file or mean).
+  std::optional<double> mean_request_tokens;
+  std::size_t requests = 0;                ///< lengths read (0 with mean_context)
+  std::optional<double> mean_concurrency;  ///< sequences of the mean length in blocks at once
+  std::size_t lengths_over_context = 0;    ///< requests longer than the context
+  std::vector<EngineSettings> engines;
+  bool fits() const { return kv_blocks > 0; }
+};
+
+/// Plans serving `model` (an ONNX file or a checkpoint folder). Throws InvalidInput for bad
+/// options or a bad model (named), and when the weights and a step's activations leave no room
+/// for one KV block (with the numbers).
+ServePlan plan_serving(const std::string& model, const ServeOptions& options);
+
+/// The report `modelmem plan --serve` prints, and its --json (the same fields for Python).
+std::string render_text(const ServePlan& plan);
+std::string render_json_text(const ServePlan& plan);
+
+}  // namespace modelmem::sizing

@@ -1,0 +1,339 @@
+// plan_serving() (modelmem/sizing/serving.hpp): the figures of `modelmem plan --serve`. The
+// activation term comes from the model's own step plans (an ONNX export, its KV tensors kept out
+// of the arena); the engines' settings are derived from the same figures, so passing them makes
+// each engine allocate this pool.
+#include "modelmem/sizing/serving.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/model/buckets.hpp"
+#include "modelmem/model/checkpoint.hpp"
+#include "modelmem/model/lifetimes.hpp"
+#include "modelmem/model/solve.hpp"
+#include "modelmem/plan/problem.hpp"
+
+namespace modelmem::sizing {
+
+void validate(const ServeOptions& o) {
+  if (o.device_memory == 0) throw InvalidInput("--device-memory: give the device's size (64GiB)");
+  if (o.context < 0) throw InvalidInput(fmt::format("--context {}: must be positive", o.context));
+  if (o.block_size <= 0)
+    throw InvalidInput(
+        fmt::format("--block-size {}: must be a positive number of tokens", o.block_size));
+  if (o.max_batched_tokens <= 0)
+    throw InvalidInput(
+        fmt::format("--max-batched-tokens {}: must be positive", o.max_batched_tokens));
+  if (o.max_num_seqs <= 0)
+    throw InvalidInput(fmt::format("--max-num-seqs {}: must be positive", o.max_num_seqs));
+  if (o.tp <= 0) throw InvalidInput(fmt::format("--tp {}: must be a positive number", o.tp));
+  if (!o.dtype.empty() && o.dtype != "fp32" && o.dtype != "fp16" && o.dtype != "bf16")
+    throw InvalidInput(fmt::format("--dtype {}: expected fp32, fp16 or bf16", o.dtype));
+  if (!o.kv_dtype.empty()) model::dtype_size(o.kv_dtype, "--kv-dtype");
+  if (o.runtime != "eager" && o.runtime != "static")
+    throw InvalidInput(fmt::format("--runtime {}: expected static or eager", o.runtime));
+  if (o.mean_context && !(*o.mean_context >= 1 && std::isfinite(*o.mean_context)))
+    throw InvalidInput(fmt::format("--mean-context {}: must be at least 1", *o.mean_context));
+  if (o.mean_context && !o.lengths_path.empty())
+    throw InvalidInput("--lengths and --mean-context both give the request lengths: give one");
+  if (!(o.engine_fraction > 0 && o.engine_fraction <= 1))
+    throw InvalidInput(fmt::format("--engine-fraction {}: must be in (0, 1]", o.engine_fraction));
+}
+
+namespace {
+
+struct StepPlans {
+  std::size_t decode = 0, prefill = 0, weights = 0;
+  model::KvCache kv;
+};
+
+// One step of the decoder with its KV cache out of the arena: the eager peak of live activation
+// bytes (PyTorch eager lifetimes: no in-place reuse, inputs held, module arguments held) or the
+// arena planned for a static executor with in-place reuse, as `modelmem plan` computes them.
+std::size_t plan_step(const std::string& path, const model::DecoderSignature& sig,
+                      const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
+  model::LoadOptions load;
+  load.dims = dims;
+  model::Graph g = model::load_onnx(path, load);
+  model::mark_kv_cache(g, sig);
+  model::LifetimeOptions lt;
+  lt.float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
+  lt.weight_float_bytes = lt.float_bytes;
+  if (o.runtime == "eager") {
+    lt.in_place = false;
+    lt.inputs_live_throughout = true;
+    lt.conv_workspace = true;
+    lt.module_scopes = true;
+    return plan::lower_bound(model::build_lifetimes(g, lt).problem);
+  }
+  plan::SolveOptions so;
+  so.time_limit = std::chrono::duration<double>(10);
+  return model::solve_model(g, lt, "best", so).solve.plan->arena_size;
+}
+
+// Plans the decode step and the prefill chunk of an ONNX decoder with its KV cache outside.
+StepPlans plan_onnx_steps(const std::string& path, const ServeOptions& o, std::int64_t context,
+                          std::int64_t batch, std::int64_t chunk) {
+  model::DecoderSignature sig = model::read_decoder_signature(path, o.kv_pairs);
+  StepPlans s;
+  // One token of one sequence: the KV bytes per token, and the weights.
+  model::LoadOptions load;
+  load.dims = model::step_dims(sig, 1, 1, 1);
+  model::Graph one = model::load_onnx(path, load);
+  std::size_t kv_element = 0;
+  if (!o.kv_dtype.empty())
+    kv_element = model::dtype_size(o.kv_dtype, "--kv-dtype");
+  else if (!o.dtype.empty())
+    kv_element = model::dtype_size(o.dtype, "--dtype");
+  s.kv = model::kv_cache_of(one, sig, kv_element);
+  model::LifetimeOptions lt;
+  lt.weight_float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
+  s.weights = model::build_lifetimes(one, lt).weights_bytes;
+  s.decode = plan_step(path, sig,
+                       model::step_dims(sig, batch, 1, std::max<std::int64_t>(context - 1, 0)), o);
+  s.prefill = plan_step(path, sig, model::step_dims(sig, 1, chunk, context - chunk), o);
+  return s;
+}
+
+// The documented estimate for a checkpoint without an ONNX export (docs/serving.md): the live
+// tensors of one layer's step in an engine with fused attention, plus the logits.
+std::size_t formula_activation(const model::ModelConfig& c, std::size_t elem, int tp,
+                               std::int64_t tokens, std::int64_t logit_rows) {
+  const std::size_t n = static_cast<std::size_t>(tokens);
+  const std::size_t h = static_cast<std::size_t>(c.hidden);
+  const std::size_t inter = static_cast<std::size_t>((c.intermediate + tp - 1) / tp);
+  const std::size_t q = static_cast<std::size_t>((c.heads + tp - 1) / tp);
+  const std::size_t kvh = static_cast<std::size_t>(std::max<std::int64_t>(1, c.kv_heads / tp));
+  const std::size_t hd = static_cast<std::size_t>(c.head_dim);
+  const std::size_t mlp = 3 * inter;
+  const std::size_t attn = (q + 2 * kvh) * hd + q * hd;
+  std::size_t per_token = 2 * h + std::max(mlp, attn);
+  return checked_add(checked_mul(checked_mul(n, per_token, "activations"), elem, "activations"),
+                     checked_mul(static_cast<std::size_t>(logit_rows) * 4,
+                                 static_cast<std::size_t>(c.vocab), "logits"),
+                     "activations");
+}
+
+std::int64_t longest_context(const model::KvCache& kv, std::size_t pool, std::int64_t block,
+                             std::int64_t cap, bool& capped) {
+  std::int64_t lo = 0, hi = cap;
+  if (kv.sequence_bytes(hi, block) <= pool) {
+    capped = true;
+    return hi;
+  }
+  capped = false;
+  while (lo + 1 < hi) {
+    std::int64_t mid = lo + (hi - lo) / 2;
+    (kv.sequence_bytes(mid, block) <= pool ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::string fixed4_up(double v) {
+  return fmt::format("{:.4f}", std::ceil(v * 10000.0) / 10000.0);
+}
+
+long long tokens_of(double bytes, std::size_t block_bytes, std::int64_t block) {
+  if (bytes <= 0) return 0;
+  return static_cast<long long>(std::floor(bytes / static_cast<double>(block_bytes))) * block;
+}
+
+std::string difference_text(long long theirs, std::size_t ours) {
+  const long long d = theirs - static_cast<long long>(ours);
+  const double pct = ours ? 100.0 * static_cast<double>(d) / static_cast<double>(ours) : 0.0;
+  return fmt::format("{:+} tokens ({:+.1f} %)", d, pct);
+}
+
+void add_engines(ServePlan& p, const ServeOptions& o) {
+  const double dev = static_cast<double>(p.device_memory);
+  const double f = o.engine_fraction;
+  const std::size_t non_kv = p.weights_bytes + p.activation_bytes + p.overhead_bytes;
+  const std::string kv_dtype = o.kv_dtype.empty() ? "auto" : o.kv_dtype;
+  {
+    EngineSettings e;
+    e.engine = "vllm";
+    e.settings["--kv-cache-memory-bytes"] = std::to_string(p.kv_cache_bytes);
+    e.settings["--gpu-memory-utilization"] =
+        fixed4_up(static_cast<double>(non_kv + p.kv_cache_bytes) / dev);
+    e.settings["--max-model-len"] = std::to_string(p.context);
+    e.settings["--max-num-seqs"] = std::to_string(p.decode_batch);
+    e.settings["--max-num-batched-tokens"] = std::to_string(p.prefill_tokens);
+    e.settings["--block-size"] = std::to_string(p.block_size);
+    e.settings["--tensor-parallel-size"] = std::to_string(p.tp);
+    if (!o.kv_dtype.empty()) e.settings["--kv-cache-dtype"] = o.kv_dtype;
+    e.default_kv_tokens =
+        tokens_of(f * dev - static_cast<double>(non_kv), p.kv_block_bytes, p.block_size);
+    e.difference = fmt::format(
+        "{} at --gpu-memory-utilization {:.2f}: KV = {:.2f} x device - (weights + profiled peak "
+        "+ non-torch memory), so {} of the device stays unused; graph capture memory is not in "
+        "its profile (vLLM #57475, vllm-ascend #8260): count it in --overhead",
+        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
+        format_bytes(static_cast<std::size_t>((1 - f) * dev)));
+    p.engines.push_back(std::move(e));
+  }
+  {
+    EngineSettings e;
+    e.engine = "sglang";
+    e.settings["--mem-fraction-static"] =
+        fixed4_up(static_cast<double>(p.weights_bytes + p.kv_cache_bytes) / dev);
+    e.settings["--max-total-tokens"] = std::to_string(p.kv_tokens);
+    e.settings["--context-length"] = std::to_string(p.context);
+    e.settings["--max-running-requests"] = std::to_string(p.decode_batch);
+    e.settings["--chunked-prefill-size"] = std::to_string(p.prefill_tokens);
+    e.settings["--tp"] = std::to_string(p.tp);
+    if (!o.kv_dtype.empty()) e.settings["--kv-cache-dtype"] = o.kv_dtype;
+    const double kv = f * dev - static_cast<double>(p.weights_bytes);
+    e.default_kv_tokens =
+        kv <= 0
+            ? 0
+            : static_cast<long long>(std::floor(kv / static_cast<double>(p.kv_bytes_per_token)));
+    e.difference = fmt::format(
+        "{} at --mem-fraction-static {:.2f}: weights + KV = {:.2f} x device, the rest ({}) left "
+        "for activations and graphs whatever they need (planned here: {}); tokens are not rounded "
+        "to blocks (page size 1)",
+        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
+        format_bytes(static_cast<std::size_t>((1 - f) * dev)),
+        format_bytes(p.activation_bytes + p.overhead_bytes));
+    p.engines.push_back(std::move(e));
+  }
+  {
+    EngineSettings e;
+    e.engine = "tensorrt_llm";
+    const double free_bytes = dev - static_cast<double>(non_kv);
+    e.settings["free_gpu_memory_fraction"] =
+        fixed4_up(static_cast<double>(p.kv_cache_bytes) / free_bytes);
+    e.settings["max_tokens"] = std::to_string(p.kv_tokens);
+    e.settings["tokens_per_block"] = std::to_string(p.block_size);
+    e.settings["max_seq_len"] = std::to_string(p.context);
+    e.settings["max_batch_size"] = std::to_string(p.decode_batch);
+    e.settings["max_num_tokens"] = std::to_string(p.prefill_tokens);
+    e.settings["tensor_parallel_size"] = std::to_string(p.tp);
+    e.default_kv_tokens = tokens_of(f * free_bytes, p.kv_block_bytes, p.block_size);
+    e.difference = fmt::format(
+        "{} at free_gpu_memory_fraction {:.2f}: KV = {:.2f} x the memory free after weights and "
+        "activations, so {} of the free memory stays unused{}",
+        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
+        format_bytes(static_cast<std::size_t>((1 - f) * std::max(free_bytes, 0.0))),
+        (p.block_size & (p.block_size - 1)) ? "; tokens_per_block must be a power of 2" : "");
+    p.engines.push_back(std::move(e));
+  }
+  for (auto& e : p.engines) {
+    for (const auto& [k, v] : e.settings)
+      e.command +=
+          (e.command.empty() ? "" : " ") + (k.rfind("--", 0) == 0 ? k + " " + v : k + "=" + v);
+  }
+}
+
+}  // namespace
+
+ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
+  validate(o);
+  ServePlan p;
+  p.model = model;
+  p.device_memory = o.device_memory;
+  p.block_size = o.block_size;
+  p.tp = o.tp;
+  p.overhead_bytes = o.overhead;
+  std::vector<std::int64_t> lengths;
+  if (!o.lengths_path.empty()) lengths = model::read_lengths(o.lengths_path);
+
+  if (model::is_checkpoint_folder(model)) {
+    p.source = "checkpoint";
+    model::Checkpoint ck = model::read_checkpoint(model);
+    const auto& c = ck.config;
+    p.model_max_positions = c.max_positions;
+    p.context = o.context ? o.context : (c.max_positions ? c.max_positions : 8192);
+    std::string stored = c.torch_dtype.empty() ? "bf16" : c.torch_dtype;
+    std::size_t elem = model::dtype_size(o.dtype.empty() ? stored : o.dtype, "--dtype");
+    std::size_t kv_elem = o.kv_dtype.empty() ? elem : model::dtype_size(o.kv_dtype, "--kv-dtype");
+    p.kv = model::kv_cache_of(c, kv_elem, o.tp);
+    p.weights_bytes = ck.weights_per_rank(o.tp);
+    p.decode_batch = o.max_num_seqs;
+    p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
+    if (!o.onnx.empty()) {
+      StepPlans s = plan_onnx_steps(o.onnx, o, p.context, p.decode_batch, p.prefill_tokens);
+      p.decode_activation_bytes = s.decode;
+      p.prefill_activation_bytes = s.prefill;
+      p.activation_source =
+          fmt::format("the larger, planned from {} ({} lifetimes)", o.onnx, o.runtime);
+    } else {
+      p.decode_activation_bytes = formula_activation(c, elem, o.tp, p.decode_batch, p.decode_batch);
+      p.prefill_activation_bytes = formula_activation(c, elem, o.tp, p.prefill_tokens, 1);
+      p.activation_source =
+          "the larger, an estimate from the config (docs/serving.md), not planned or run";
+    }
+  } else {
+    p.source = "onnx";
+    p.context = o.context ? o.context : 8192;
+    p.decode_batch = o.max_num_seqs;
+    p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
+    if (o.tp != 1)
+      throw InvalidInput(
+          "--tp splits a checkpoint's weights; an ONNX export is one rank's graph already");
+    StepPlans s = plan_onnx_steps(model, o, p.context, p.decode_batch, p.prefill_tokens);
+    p.kv = s.kv;
+    p.weights_bytes = s.weights;
+    p.decode_activation_bytes = s.decode;
+    p.prefill_activation_bytes = s.prefill;
+    p.activation_source =
+        fmt::format("the larger, planned from the ONNX graph ({} lifetimes)", o.runtime);
+  }
+  p.activation_bytes = std::max(p.decode_activation_bytes, p.prefill_activation_bytes);
+  p.kv_bytes_per_token = p.kv.bytes_per_token();
+  if (p.kv_bytes_per_token == 0 && p.kv.bytes_per_sequence() == 0)
+    throw InvalidInput(model + ": the model has no KV cache to size");
+  p.kv_block_bytes =
+      checked_mul(p.kv_bytes_per_token, static_cast<std::size_t>(p.block_size), "KV block bytes");
+  const std::size_t non_kv = checked_add(checked_add(p.weights_bytes, p.activation_bytes, "need"),
+                                         p.overhead_bytes, "need");
+  if (non_kv >= o.device_memory)
+    throw InvalidInput(fmt::format(
+        "{}: weights {} + activations {} + overhead {} = {} do not leave room for a KV cache on "
+        "a device of {}",
+        model, format_bytes(p.weights_bytes), format_bytes(p.activation_bytes),
+        format_bytes(p.overhead_bytes), format_bytes(non_kv), format_bytes(o.device_memory)));
+  const std::size_t room = o.device_memory - non_kv;
+  p.kv_blocks = p.kv_block_bytes ? room / p.kv_block_bytes : 0;
+  if (p.kv_blocks == 0)
+    throw InvalidInput(fmt::format(
+        "{}: {} left after weights, activations and overhead is less than one KV block of {}",
+        model, format_bytes(room), format_bytes(p.kv_block_bytes)));
+  p.kv_cache_bytes = p.kv_blocks * p.kv_block_bytes;
+  p.kv_tokens = p.kv_blocks * static_cast<std::size_t>(p.block_size);
+  p.sequence_bytes = p.kv.sequence_bytes(p.context, p.block_size);
+  p.max_concurrency = p.sequence_bytes ? static_cast<double>(p.kv_cache_bytes) /
+                                             static_cast<double>(p.sequence_bytes)
+                                       : 0;
+  p.max_sequences = p.sequence_bytes ? p.kv_cache_bytes / p.sequence_bytes : 0;
+  const std::int64_t cap = p.model_max_positions > 0 ? p.model_max_positions : (1LL << 40);
+  p.max_context = longest_context(p.kv, p.kv_cache_bytes, p.block_size, cap, p.max_context_capped);
+
+  if (!lengths.empty() || o.mean_context) {
+    double mean_bytes = 0;
+    if (!lengths.empty()) {
+      p.requests = lengths.size();
+      double tokens = 0;
+      for (auto l : lengths) {
+        tokens += static_cast<double>(l);
+        mean_bytes += static_cast<double>(p.kv.sequence_bytes(l, p.block_size));
+        if (l > p.context) ++p.lengths_over_context;
+      }
+      p.mean_request_tokens = tokens / static_cast<double>(lengths.size());
+      mean_bytes /= static_cast<double>(lengths.size());
+    } else {
+      p.mean_request_tokens = *o.mean_context;
+      mean_bytes = static_cast<double>(
+          p.kv.sequence_bytes(static_cast<std::int64_t>(std::ceil(*o.mean_context)), p.block_size));
+    }
+    p.mean_concurrency = static_cast<double>(p.kv_cache_bytes) / mean_bytes;
+  }
+  add_engines(p, o);
+  return p;
+}
+
+}  // namespace modelmem::sizing

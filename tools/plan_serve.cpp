@@ -1,0 +1,134 @@
+// `modelmem plan --serve MODEL` (tools/plan_serve.hpp): parses the serving flags, calls
+// sizing::plan_serving() and prints its report. Every input is checked before anything is read.
+#include "plan_serve.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "modelmem/core/error.hpp"
+#include "modelmem/model/kv_cache.hpp"
+#include "modelmem/model/plan_model.hpp"
+#include "modelmem/monitor/view.hpp"
+#include "modelmem/sizing/serving.hpp"
+#ifdef MODELMEM_HAVE_CUDA
+#include "modelmem/monitor/cuda.hpp"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace modelmem::tools {
+namespace {
+
+// A size ("64GiB") or a live device ("cuda:0", "npu:0") whose total memory the driver reports.
+std::size_t device_memory(const std::string& text) {
+  static const std::regex live(R"((cuda|npu):\d+)");
+  if (!std::regex_match(text, live)) return model::parse_size(text, "--device-memory");
+#ifdef MODELMEM_HAVE_CUDA
+  monitor::register_cuda_memory_query();
+#endif
+  monitor::ScanOptions so;
+  monitor::MachineView v = monitor::look(so, /*devices=*/true);
+  std::string seen;
+  for (const auto& d : v.devices) {
+    if (d.device == text) return static_cast<std::size_t>(d.total);
+    seen += (seen.empty() ? "" : ", ") + d.device;
+  }
+  throw InvalidInput(fmt::format("--device-memory {}: no such device here (found: {})", text,
+                                 seen.empty() ? "none" : seen));
+}
+
+}  // namespace
+
+std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
+  auto a = std::make_shared<ServeArgs>();
+  cmd->add_option("--serve", a->model,
+                  "Serving plan of a decoder LLM: an ONNX export with its KV cache or a Hugging "
+                  "Face checkpoint folder (config.json + *.safetensors, weights not read); needs "
+                  "--device-memory");
+  cmd->add_option("--context", a->context,
+                  "--serve: tokens per request (prompt + output; default the model's max "
+                  "positions, else 8192)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", a->block_size, "--serve: tokens per KV block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-batched-tokens", a->max_batched_tokens,
+                  "--serve: the prefill chunk (tokens of one step) planned")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", a->max_num_seqs,
+                  "--serve: the decode batch (sequences of one step) planned")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-dtype", a->kv_dtype,
+                  "--serve: KV cache element type: fp16, bf16, fp32, fp8 (fp8_e4m3, fp8_e5m2), "
+                  "int8 (default the model's)");
+  cmd->add_option("--tp", a->tp, "--serve: tensor-parallel ranks (weights and KV heads per rank)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  if (cmd->get_option_no_throw("--overhead") == nullptr)
+    cmd->add_option("--overhead", a->overhead,
+                    "--serve: bytes beside weights, activations and KV (runtime context, graph "
+                    "capture): SIZE (512MiB)");
+  cmd->add_option("--mean-context", a->mean_context,
+                  "--serve: capacity for requests of this mean length (or --lengths FILE)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv", a->kv,
+                  "--serve: a KV pair INPUT=OUTPUT of an ONNX decoder (repeatable; default: "
+                  "past*/present* by name)");
+  cmd->add_option("--onnx", a->onnx,
+                  "--serve with a checkpoint: plan the step activations from this ONNX export");
+  cmd->add_option("--engine-fraction", a->engine_fraction,
+                  "--serve: the engines' memory fraction their own formula is shown at")
+      ->capture_default_str();
+  return a;
+}
+
+int run_plan_serve(const ServeArgs& a, const PlanShared& shared, const CLI::App* cmd) {
+  sizing::ServeOptions o;
+  if (shared.device_memory.empty())
+    throw InvalidInput("--serve needs --device-memory SIZE (64GiB) or a device (cuda:0, npu:0)");
+  o.context = a.context;
+  o.block_size = a.block_size;
+  o.max_batched_tokens = a.max_batched_tokens;
+  o.max_num_seqs = a.max_num_seqs;
+  o.dtype = shared.dtype;
+  o.kv_dtype = a.kv_dtype;
+  o.tp = a.tp;
+  std::string overhead = a.overhead;
+  if (const CLI::Option* opt = cmd->get_option_no_throw("--overhead"); opt && opt->count() > 0)
+    overhead = opt->as<std::string>();
+  if (!overhead.empty()) o.overhead = model::parse_size(overhead, "--overhead");
+  o.lengths_path = shared.lengths;
+  if (a.mean_context > 0) o.mean_context = a.mean_context;
+  for (const auto& k : a.kv) o.kv_pairs.push_back(model::parse_kv_pair(k));
+  o.onnx = a.onnx;
+  if (!shared.runtime.empty()) o.runtime = shared.runtime;
+  o.engine_fraction = a.engine_fraction;
+  o.device_memory = 1;  // checked below, after the cheap checks
+  sizing::validate(o);
+  if (!shared.lengths.empty() && fs::is_directory(shared.lengths))
+    throw InvalidInput(fmt::format("--lengths {}: is a directory", shared.lengths));
+  if (!shared.json.empty()) {
+    std::error_code ec;
+    if (fs::is_directory(shared.json, ec))
+      throw InvalidInput(fmt::format("--json {}: is a directory", shared.json));
+  }
+  o.device_memory = device_memory(shared.device_memory);
+  sizing::ServePlan p = sizing::plan_serving(a.model, o);
+  std::string report = sizing::render_text(p);
+  if (!shared.json.empty()) {
+    std::ofstream out(shared.json, std::ios::binary);
+    if (!out) throw InvalidInput(shared.json + ": cannot open for writing");
+    out << sizing::render_json_text(p);
+    if (!out) throw Error(shared.json + ": write failed");
+    report += fmt::format("json           {}\n", shared.json);
+  }
+  fmt::print("{}", report);
+  return 0;
+}
+
+}  // namespace modelmem::tools

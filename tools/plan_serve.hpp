@@ -1,0 +1,40 @@
+// `modelmem plan --serve MODEL`: the serving plan of a decoder LLM (sizing/serving.hpp). Its
+// options are added to `plan` by add_serve_options(); the flags it shares with plan
+// (--device-memory, --dtype, --lengths, --json, --runtime) are read from plan's own.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace modelmem::tools {
+
+struct ServeArgs {
+  std::string model;
+  std::int64_t context = 0;
+  std::int64_t block_size = 16;
+  std::int64_t max_batched_tokens = 8192;
+  std::int64_t max_num_seqs = 256;
+  std::string kv_dtype;
+  int tp = 1;
+  std::string overhead;
+  double mean_context = 0;
+  std::vector<std::string> kv;
+  std::string onnx;
+  double engine_fraction = 0.9;
+};
+
+/// The values of plan's own flags that the serving plan reads.
+struct PlanShared {
+  std::string device_memory;
+  std::string dtype;  ///< "" when --dtype was not given
+  std::string lengths;
+  std::string json;
+  std::string runtime;  ///< "" when --runtime was not given
+};
+
+std::shared_ptr<ServeArgs> add_serve_options(CLI::App* plan);
+int run_plan_serve(const ServeArgs& args, const PlanShared& shared, const CLI::App* plan);
+
+}  // namespace modelmem::tools
