@@ -257,18 +257,18 @@ KvCache kv_cache_of(const ModelConfig& c, std::size_t element_size, int tp) {
   return kv;
 }
 
-std::size_t Checkpoint::weights_per_rank(int tp) const {
+std::size_t Checkpoint::weights_per_rank(int tp, std::size_t float_bytes) const {
   if (tp <= 0) throw InvalidInput(fmt::format("--tp {}: must be a positive number of ranks", tp));
   std::size_t sum = 0;
   for (const auto& t : tensors) {
-    std::size_t share = t.bytes;
-    if (t.shape.size() >= 2) {
-      std::size_t count = 1;
-      for (auto d : t.shape) count *= static_cast<std::size_t>(d);
-      const std::size_t esize = count ? t.bytes / count : 0;
-      share = (count + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp) * esize;
-    }
-    sum = checked_add(sum, share, "weights bytes");
+    std::size_t count = 1;
+    for (auto d : t.shape) count *= static_cast<std::size_t>(d);
+    std::size_t esize = count ? t.bytes / count : 0;
+    if (float_bytes && (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16"))
+      esize = float_bytes;
+    if (t.shape.size() >= 2)
+      count = (count + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
+    sum = checked_add(sum, checked_mul(count, esize, "weights bytes"), "weights bytes");
   }
   return sum;
 }

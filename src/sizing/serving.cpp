@@ -252,7 +252,7 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
     std::size_t elem = model::dtype_size(o.dtype.empty() ? stored : o.dtype, "--dtype");
     std::size_t kv_elem = o.kv_dtype.empty() ? elem : model::dtype_size(o.kv_dtype, "--kv-dtype");
     p.kv = model::kv_cache_of(c, kv_elem, o.tp);
-    p.weights_bytes = ck.weights_per_rank(o.tp);
+    p.weights_bytes = ck.weights_per_rank(o.tp, o.dtype.empty() ? 0 : elem);
     p.decode_batch = o.max_num_seqs;
     p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
     if (!o.onnx.empty()) {

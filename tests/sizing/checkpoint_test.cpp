@@ -112,6 +112,8 @@ TEST_F(Checkpoints, Llama2_7B_ShapedIs524288BytesPerFp16Token) {
   // Two ranks: every matrix split in two, the norms (1-D) whole on each.
   const std::size_t norms = (2 * 32 + 1) * 4096 * 2;
   EXPECT_EQ(ck.weights_per_rank(2), (ck.weights_bytes - norms) / 2 + norms);
+  // Served in fp32, every float tensor counts 4 bytes an element.
+  EXPECT_EQ(ck.weights_per_rank(1, 4), ck.weights_bytes * 2);
 }
 
 TEST_F(Checkpoints, Llama3_8B_ShapedWithEightKvHeadsIs131072Bytes) {

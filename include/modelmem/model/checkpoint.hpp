@@ -63,8 +63,9 @@ struct Checkpoint {
   std::size_t file_count = 0;
   /// One rank's share under tensor parallelism of `tp`: every tensor of two or more dims is split
   /// (rounded up: vocab-, column- and row-parallel layers), one-dim tensors (norms, biases) are
-  /// held whole by every rank.
-  std::size_t weights_per_rank(int tp) const;
+  /// held whole by every rank. `float_bytes` > 0 counts the floating-point tensors (F32, F16,
+  /// BF16) at that element size (a checkpoint served at another --dtype).
+  std::size_t weights_per_rank(int tp, std::size_t float_bytes = 0) const;
 };
 
 /// Reads config.json and every *.safetensors header in `folder`. Throws InvalidInput when the
