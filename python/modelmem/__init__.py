@@ -1,6 +1,7 @@
 """modelmem: memory planning and allocation for deep-learning deployment, from Python.
 
-Plan a model ahead of time (plan), solve a planning problem (solve), read and analyse traces and
+Plan a model ahead of time (plan), size the KV cache of a decoder LLM served by an engine
+(plan_serving), solve a planning problem (solve), read and analyse traces and
 PyTorch memory snapshots (Trace), check a configuration string (config), run PyTorch on
 modelmem's CPU allocator (modelmem.torch.use_cpu_allocator), give several models their own pools
 with quotas (pool), log allocations with their Python callers (MemoryLogger) and see every
@@ -20,15 +21,16 @@ _check_before_load()  # the extension links libtorch: a different torch here mus
 from . import _modelmem  # noqa: E402
 from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, MemoryLogger, Placement,
                         Plan, PlannedTensor, Pool, StepStats, Trace, TraceRecording, config,
-                        config_keys, config_report, info, info_report, place, plan, pool, solve,
-                        solver_names)
+                        config_keys, config_report, info, info_report, place, plan, plan_serving,
+                        pool, solve, solver_names)
 
 __all__ = [
     "Advice", "AllocationSite", "Analysis", "BucketPlan", "ConfigError",
     "CudaAllocatorUnavailable", "Error", "InvalidInputError", "MemoryLogger",
     "NpuAllocatorUnavailable", "OutOfMemoryError", "Placement", "Plan", "PlannedTensor", "Pool",
     "QuotaExceededError", "StepStats", "Trace", "TraceRecording", "UnsupportedError", "config",
-    "config_keys", "config_report", "info", "info_report", "library_path", "place", "plan", "pool",
+    "config_keys", "config_report", "info", "info_report", "library_path", "place", "plan", "plan_serving",
+    "pool",
     "solve", "solver_names", "torch",
 ]
 

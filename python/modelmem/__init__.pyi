@@ -46,6 +46,12 @@ def plan(path: _Path, dims: Optional[Union[Mapping[str, int], Sequence[str]]] = 
 def solve(problem: Union[_Path, Sequence[Tuple[int, int, int]]], solver: str = "best",
           capacity: Optional[int] = None, time_limit: float = 10) -> Plan: ...
 def solver_names() -> List[str]: ...
+def plan_serving(model: _Path, device_memory: Union[int, str], context: int = 0,
+                 block_size: int = 16, max_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                 dtype: Optional[str] = None, kv_dtype: Optional[str] = None, tp: int = 1,
+                 overhead: Union[int, str] = 0, lengths: Optional[_Path] = None,
+                 mean_context: Optional[float] = None, kv: Sequence[str] = (),
+                 onnx: Optional[_Path] = None, runtime: str = "eager") -> Dict[str, Any]: ...
 
 class Placement:
     fits: bool

@@ -15,6 +15,7 @@
 #include "modelmem/monitor/view.hpp"
 
 namespace modelmem::python {
+
 namespace {
 
 py::dict config_dict(const std::string& text) {
@@ -95,4 +96,5 @@ devices=False skips the accelerators, pid keeps one process.)");
   bind_traces(m);
   bind_torch(m);
   bind_place(m);
+  bind_serving(m);
 }

@@ -1,0 +1,37 @@
+"""modelmem.plan_serving(): the serving plan of `modelmem plan --serve`, the same fields."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import modelmem
+from conftest import CLI, SOURCE
+
+DECODER = os.path.join(SOURCE, "models", "gpt2_decoder.onnx")
+ARGS = dict(context=512, max_num_seqs=16, max_batched_tokens=64)
+
+
+def test_plan_serving_returns_what_the_cli_writes(tmp_path):
+    out = tmp_path / "serve.json"
+    subprocess.run([CLI, "plan", "--serve", DECODER, "--device-memory", "64MiB", "--context", "512",
+                    "--max-num-seqs", "16", "--max-batched-tokens", "64", "--json", str(out)],
+                   check=True, capture_output=True)
+    cli = json.loads(out.read_text())
+    p = modelmem.plan_serving(DECODER, "64MiB", **ARGS)
+    assert p == cli
+    for field in ("weights_bytes", "activation_bytes", "kv_bytes_per_token", "kv_tokens",
+                  "max_concurrency", "max_context", "engines"):
+        assert field in p
+    assert p["kv_bytes_per_token"] == 4096
+    assert p["engines"]["vllm"]["--kv-cache-memory-bytes"] == str(p["kv_cache_bytes"])
+    assert modelmem.plan_serving(DECODER, 64 << 20, **ARGS) == p
+
+
+def test_plan_serving_bad_input():
+    with pytest.raises(modelmem.InvalidInputError, match="do not leave room for a KV cache"):
+        modelmem.plan_serving(DECODER, "1MiB", **ARGS)
+    with pytest.raises(modelmem.InvalidInputError, match="--kv nope: expected INPUT=OUTPUT"):
+        modelmem.plan_serving(DECODER, "64MiB", kv=["nope"], **ARGS)
+    with pytest.raises(modelmem.InvalidInputError, match="--block-size 0"):
+        modelmem.plan_serving(DECODER, "64MiB", block_size=0)
