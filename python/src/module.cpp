@@ -15,7 +15,6 @@
 #include "modelmem/monitor/view.hpp"
 
 namespace modelmem::python {
-
 namespace {
 
 py::dict config_dict(const std::string& text) {
