@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "command.hpp"
 #include "modelmem/trace/analysis.hpp"
@@ -14,7 +15,7 @@ namespace modelmem::tools {
 namespace {
 
 struct AnalyzeArgs {
-  std::string trace;
+  std::vector<std::string> traces;
   bool json = false;
   trace::ReadOptions read;
   trace::AnalyzeOptions options;
@@ -25,9 +26,9 @@ void setup(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "analyze",
       "Summarise an allocation trace and advise: planned arena, buckets, config strings");
-  cmd->add_option(
-         "trace", args->trace,
-         "trace CSV (modelmem or the shared PyTorch format) or a PyTorch memory snapshot pickle")
+  cmd->add_option("trace", args->traces,
+                  "trace CSV (modelmem or the shared PyTorch format) or a PyTorch memory snapshot "
+                  "pickle; several files (T.csv T.*.csv of one `run --trace`) are read as one")
       ->required();
   cmd->add_flag("--json", args->json, "print the analysis as JSON");
   cmd->add_flag("--skip-bad", args->read.skip_bad,
@@ -37,7 +38,8 @@ void setup(CLI::App& app, int& exit_code) {
   cmd->add_option("--time-limit", args->options.time_limit_s, "seconds for a searching solver")
       ->check(CLI::PositiveNumber);
   cmd->callback([args, &exit_code] {
-    trace::Trace t = trace::read_trace(args->trace, args->read);
+    trace::Trace t = trace::read_traces(
+        std::vector<std::filesystem::path>(args->traces.begin(), args->traces.end()), args->read);
     trace::Analysis a = trace::analyze(t, args->options);
     const auto sites = trace::allocation_sites(t);  // snapshot frames, MemoryLogger stacks
     if (args->json) {

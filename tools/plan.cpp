@@ -13,6 +13,7 @@
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/plan/solver.hpp"
@@ -61,11 +62,9 @@ void check_output(const std::string& flag, const std::string& path) {
         fmt::format("{} {}: directory {} is not writable", flag, path, dir.string()));
 }
 
+// Through a temporary file renamed into place: a symlink at `path` is replaced, not followed.
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InvalidInput(path + ": cannot open for writing");
-  out << text;
-  if (!out) throw Error(path + ": write failed");
+  core::write_file_replacing(path, text);
 }
 
 model::PlanOptions plan_options(const PlanArgs& args) {

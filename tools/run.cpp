@@ -5,7 +5,11 @@
 // refuse (a static pool without a size or larger than memory, fallback:error where the fallback
 // is needed, an unwritable --trace path), is an error here (exit 2), not a library that
 // disables itself inside the program.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -128,6 +132,97 @@ std::string heap_tunables(const Args& args) {
   return tunables.empty() ? "glibc.malloc.hugetlb=1" : tunables + ":glibc.malloc.hugetlb=1";
 }
 
+// With --trace, the program runs as a child and `run` waits for it: a trace that could not be
+// written whole (a full disk, a refused path; in any process of the program) is reported by
+// the library in a status folder, and `run` exits 1 where the program itself exited 0.
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `run` by another process reach the program; the
+// terminal's (Ctrl-C) reach it already, being sent to the whole process group.
+pid_t g_child = 0;
+
+void forward_signal(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && info != nullptr && info->si_code <= 0) ::kill(g_child, sig);  // SI_USER etc.
+}
+
+// Files of the status folder: each a line the library printed already. Removes the folder.
+std::vector<std::string> collect_failures(const std::string& dir) {
+  std::vector<std::string> failures;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* entry = ::readdir(d)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string path = dir + "/" + entry->d_name;
+      std::string text;
+      if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+        char buffer[512];
+        std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
+        text.assign(buffer, n);
+        std::fclose(f);
+      }
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      failures.push_back(text.empty() ? std::string("pid ") + entry->d_name : text);
+      ::unlink(path.c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+  return failures;
+}
+
+std::string make_status_folder() {
+  for (const char* base : {"/dev/shm", "/tmp"}) {
+    std::string dir = std::string(base) + "/modelmem-run.XXXXXX";
+    if (::mkdtemp(dir.data()) != nullptr) return dir;
+  }
+  throw Error(std::string("run: cannot make a status folder in /dev/shm or /tmp: ") +
+              std::strerror(errno));
+}
+
+int run_and_wait(const std::vector<char*>& argv, const std::string& status) {
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  if (child < 0) throw Error(std::string("run: fork: ") + std::strerror(errno));
+  if (child == 0) {
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "modelmem run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(errno == ENOENT ? 127 : 126);
+  }
+  g_child = child;
+  struct sigaction sa {};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  int wstatus = 0;
+  while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  const std::vector<std::string> failures = collect_failures(status);
+  if (WIFSIGNALED(wstatus)) {
+    // End as the program ended: the same signal, default action, no core file of ours.
+    const int sig = WTERMSIG(wstatus);
+    if (!failures.empty())
+      std::fprintf(stderr, "modelmem run: %zu trace file(s) not written whole (above)\n",
+                   failures.size());
+    struct rlimit no_core {
+      0, 0
+    };
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    ::raise(sig);
+    return 128 + sig;
+  }
+  const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+  if (!failures.empty()) {
+    std::fprintf(stderr,
+                 "modelmem run: %zu trace file(s) not written whole (above); exit status %d\n",
+                 failures.size(), code == 0 ? 1 : code);
+    return code == 0 ? 1 : code;
+  }
+  return code;
+}
+
 int run(const Args& args) {
   if (args.command.empty())
     throw InvalidInput("run: no program given (modelmem run [options] -- PROGRAM [ARGS...])");
@@ -171,6 +266,12 @@ int run(const Args& args) {
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  if (!args.trace.empty()) {
+    ::unsetenv("MODELMEM_TRACE_PID");  // an outer run's: the program is the first process here
+    const std::string status = make_status_folder();
+    ::setenv("MODELMEM_TRACE_STATUS", status.c_str(), 1);
+    return run_and_wait(argv, status);
+  }
   std::fflush(nullptr);
   ::execvp(argv[0], argv.data());
   std::fprintf(stderr, "modelmem run: cannot run %s: %s\n", argv[0], std::strerror(errno));

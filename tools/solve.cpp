@@ -8,8 +8,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +18,7 @@
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/plan_json.hpp"
 #include "modelmem/plan/solve_report.hpp"
@@ -81,10 +82,9 @@ void write_json(const std::string& path, const plan::Problem& problem, const pla
   info.proven_optimal = result.proven_optimal;
   info.capacity = problem.capacity;
   info.extra.emplace_back("peak_live_bound_bytes", std::to_string(peak_live));
-  std::ofstream out(path);
-  if (!out) throw InvalidInput(path + ": cannot open for writing");
+  std::ostringstream out;
   plan::write_plan_json(out, problem, plan, info);
-  if (!out) throw Error(path + ": write failed");
+  core::write_file_replacing(path, out.str());  // a symlink at `path` is replaced, not followed
 }
 
 void write_output(const std::string& path, const plan::Problem& problem,
@@ -92,10 +92,9 @@ void write_output(const std::string& path, const plan::Problem& problem,
   if (path.ends_with(".json")) {
     write_json(path, problem, *result.plan, result, peak_live);
   } else {
-    std::ofstream out(path);
-    if (!out) throw InvalidInput(path + ": cannot open for writing");
+    std::ostringstream out;
     plan::write_plan_csv(out, problem, *result.plan);
-    if (!out) throw Error(path + ": write failed");
+    core::write_file_replacing(path, out.str());
   }
 }
 

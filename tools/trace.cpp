@@ -8,6 +8,7 @@
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/trace/export.hpp"
 #include "modelmem/trace/trace.hpp"
 #include "paths.hpp"
@@ -41,7 +42,9 @@ void setup(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TraceArgs>();
   CLI::App* cmd = app.add_subcommand(
       "trace", "Convert a trace: modelmem CSV, Perfetto JSON, or a step as a planning problem");
-  cmd->add_option("trace", args->request.input, "trace CSV")->required();
+  cmd->add_option("trace", args->request.inputs,
+                  "trace CSV; several (T.csv T.*.csv of one `run --trace`) are read as one")
+      ->required();
   cmd->add_option("-o,--output", args->request.output, "output file")->required();
   cmd->add_option("--format", args->request.format,
                   "csv, perfetto or problem (default: from the extension: .csv = csv, "
@@ -61,11 +64,7 @@ void setup(CLI::App& app, int& exit_code) {
     trace::conversion_format(request);  // a bad format or option fails before any work
     check_output_file(request.output);
     trace::Conversion c = trace::convert_trace(request);
-    std::ofstream out(request.output, std::ios::binary | std::ios::trunc);
-    if (!out) throw InvalidInput(fmt::format("{}: cannot write", request.output));
-    out << c.text;
-    out.flush();
-    if (!out) throw Error(fmt::format("{}: write failed", request.output));
+    core::write_file_replacing(request.output, c.text);  // never through a symlink
     for (const auto& w : c.warnings) fmt::print(stderr, "warning: {}\n", w);
     fmt::print("wrote {} ({}, {} events)\n", request.output, c.format, c.events);
     exit_code = 0;

@@ -7,6 +7,7 @@
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/trace/viz.hpp"
 #include "paths.hpp"
 
@@ -37,11 +38,7 @@ void setup(CLI::App& app, int& exit_code) {
       throw InvalidInput(fmt::format("{}: the page is HTML: name the file .html", args->output));
     check_output_file(args->output);
     trace::VizPage page = trace::make_viz(args->trace, args->read, args->options);
-    std::ofstream out(args->output, std::ios::binary | std::ios::trunc);
-    if (!out) throw InvalidInput(fmt::format("{}: cannot write", args->output));
-    out << page.html;
-    out.flush();
-    if (!out) throw Error(fmt::format("{}: write failed", args->output));
+    core::write_file_replacing(args->output, page.html);  // never through a symlink
     for (const auto& w : page.warnings) fmt::print(stderr, "warning: {}\n", w);
     fmt::print("wrote {} ({} events)\n", args->output, page.events);
     exit_code = 0;

@@ -19,6 +19,7 @@
 #include "report.hpp"
 #include "state.hpp"
 #include "strategy.hpp"
+#include "trace_file.hpp"
 
 namespace modelmem::preload {
 
@@ -76,6 +77,11 @@ void initialise() noexcept {
     g_stack = stack;  // kept for the process's lifetime: exit handlers may free its memory
     g_threshold = stack->threshold;
     g_region = stack->region.get();
+    // Said once per run: the children of a program inherit the limit and the note.
+    if (!stack->region->adapted().empty() && std::getenv("MODELMEM_RESERVE_NOTED") == nullptr) {
+      std::fprintf(stderr, "modelmem preload: %s\n", stack->region->adapted().c_str());
+      ::setenv("MODELMEM_RESERVE_NOTED", "1", 1);
+    }
     // The C library now sees small requests only: keep its heap top instead of trimming it
     // at 128 KiB (its default), or a steady loop would shrink and regrow it (brk calls and page
     // faults) over and over.
@@ -89,9 +95,11 @@ void initialise() noexcept {
     g_sizes->reserve(4096);
     if (trace != nullptr && *trace != '\0') {
       g_trace_path = new std::string(trace);
-      g_recorder = new trace::Recorder(std::size_t{1} << 22);
+      // Streamed every kTraceChunk events: the ring only has to absorb a burst while one
+      // thread writes.
+      g_recorder = new trace::Recorder(std::size_t{1} << 16);
+      start_trace(trace);
       g_alloc->set_listener(g_recorder);
-      std::atexit(write_trace);
     }
     if (const char* r = std::getenv("MODELMEM_REPORT"); r != nullptr && std::strcmp(r, "1") == 0)
       std::atexit(print_report);

@@ -328,6 +328,31 @@ void steps(int n) {
   }
 }
 
+// Allocates and frees 1 MiB blocks for ever on `threads` threads; after 20000 pairs on the main
+// thread it prints "ready" (the tests then send it a signal).
+void* volatile g_sink = nullptr;  // keeps the compiler from eliding a malloc/free pair
+
+[[noreturn]] void loop(int threads) {
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t)
+    others.emplace_back([] {
+      for (;;) {
+        g_sink = std::malloc(1 << 20);
+        std::free(g_sink);
+      }
+    });
+  for (long i = 1;; ++i) {
+    g_sink = std::malloc(1 << 20);
+    std::memset(g_sink, 1, 64);
+    std::free(g_sink);
+    if (i == 20000) {
+      std::printf("ready\n");
+      std::fflush(stdout);
+    }
+    if (i > 20000) usleep(100);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -369,6 +394,8 @@ int main(int argc, char** argv) {
   if (want("steps")) steps(400);
   if (want("small")) small_blocks();
   if (what == "double-free") double_free_small();  // aborts; not part of "all"
+  if (what == "loop") loop(1);                     // runs until killed; not part of "all"
+  if (what == "loop-threads") loop(4);
   if (g_failures) {
     std::fprintf(stderr, "%d checks failed\n", g_failures.load());
     return 1;

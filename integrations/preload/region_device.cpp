@@ -1,8 +1,15 @@
 #include "region_device.hpp"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 
@@ -11,15 +18,53 @@ namespace {
 // Segments start on 2 MiB boundaries so that transparent huge pages can back large ones.
 constexpr std::size_t kGranule = 64u << 10;
 constexpr std::size_t kHuge = 2u << 20;
+// Less than this is not worth serving large requests from.
+constexpr std::size_t kMinReserve = std::size_t{1} << 30;
+
+// VmSize of this process (bytes), 0 when unknown.
+std::size_t address_space_in_use() noexcept {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::strncmp(line, "VmSize:", 7) == 0) kib = std::strtoull(line + 7, nullptr, 10);
+  std::fclose(f);
+  return kib << 10;
+}
 }  // namespace
 
 RegionDevice::RegionDevice(std::size_t reserve, bool populate, bool huge_pages)
     : populate_(populate), huge_pages_(huge_pages) {
   reserve = checked_align_up(reserve, kHuge, "preload reservation");
-  void* p =
-      mmap(nullptr, reserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  const std::size_t requested = reserve;
+  std::string why;
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur);
+    const std::size_t used = address_space_in_use();
+    const std::size_t room = cap > used ? (cap - used) / 2 / kHuge * kHuge : 0;
+    why = "RLIMIT_AS (ulimit -v) is " + format_bytes(cap) + ", " + format_bytes(used) +
+          " of it in use";
+    if (room < reserve) reserve = room;
+  }
+  void* p = MAP_FAILED;
+  while (reserve >= kMinReserve) {
+    p = mmap(nullptr, reserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+             0);
+    if (p != MAP_FAILED) break;
+    if (why.empty()) why = std::string("the OS refused more (") + std::strerror(errno) + ")";
+    reserve = reserve / 2 / kHuge * kHuge;
+  }
   if (p == MAP_FAILED)
-    throw OutOfMemory(OomInfo{reserve, 0, 0, 0, 0, {}, "preload: address space reservation"});
+    throw InvalidInput("address space reservation: preload_reserve_gb asks for " +
+                       format_bytes(requested) + " and not even " + format_bytes(kMinReserve) +
+                       " fits: " + (why.empty() ? "the OS refused it" : why) +
+                       "; raise the limit or lower preload_reserve_gb");
+  if (reserve < requested)
+    adapted_ = "reserved " + format_bytes(reserve) + " of address space for large requests, not " +
+               format_bytes(requested) + " (preload_reserve_gb): " + why +
+               "; larger needs go to the C library";
   auto start = reinterpret_cast<std::uintptr_t>(p);
   base_ = (start + kHuge - 1) / kHuge * kHuge;
   size_ = reserve;

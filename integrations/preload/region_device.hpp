@@ -17,11 +17,18 @@ namespace modelmem::preload {
 /// and decommitted (pages discarded, PROT_NONE) when returned. O(log n) in free ranges.
 class RegionDevice : public device::Device {
  public:
-  /// Reserves `reserve` bytes of address space (no memory). Throws OutOfMemory if the OS refuses.
+  /// Reserves `reserve` bytes of address space (no memory), or less where the environment
+  /// allows less: under an address-space limit (RLIMIT_AS, `ulimit -v`) at most half of what
+  /// the limit leaves (the program needs the rest), and halving while the OS refuses. Then
+  /// `adapted()` says so in a line. Throws InvalidInput naming the limit and
+  /// preload_reserve_gb when less than 1 GiB would fit.
   /// `populate`: pages are mapped when a segment is obtained; `huge_pages`: segments of 2 MiB
   /// and more are offered to transparent huge pages (fewer faults, but a partly used segment
   /// then costs whole 2 MiB pages of resident memory).
   RegionDevice(std::size_t reserve, bool populate, bool huge_pages);
+  /// "" when the reservation is what was asked for; else what was reserved instead, and why.
+  const std::string& adapted() const noexcept { return adapted_; }
+  std::size_t reserved() const noexcept { return size_; }
   ~RegionDevice() override;
 
   std::string name() const override { return "host-region:0"; }
@@ -47,6 +54,7 @@ class RegionDevice : public device::Device {
   std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced
   std::size_t committed_ = 0;
   std::uint64_t os_calls_ = 0;
+  std::string adapted_;
 };
 
 }  // namespace modelmem::preload

@@ -1,5 +1,5 @@
 // The exit report (MODELMEM_REPORT=1: strategy, small-block cache, planned steps, peaks, OS
-// calls on stderr) and the trace writer (MODELMEM_TRACE=path: the recorder's CSV at exit).
+// calls on stderr). The trace file is trace_file.cpp's.
 #include "report.hpp"
 
 #include <errno.h>
@@ -93,17 +93,6 @@ void print_report() {
                format_bytes(static_cast<std::size_t>(s.reserved_bytes.all.peak)).c_str());
   std::fprintf(out, "  OS calls          %llu (segments mapped and unmapped by modelmem)\n",
                static_cast<unsigned long long>(g_region->os_calls()));
-}
-
-void write_trace() {
-  Inside inside;
-  std::lock_guard lock(g_mutex);
-  if (!g_recorder->write_csv(g_trace_path->c_str()))
-    std::fprintf(stderr, "modelmem preload: cannot write trace %s: %s\n", g_trace_path->c_str(),
-                 std::strerror(errno));
-  if (g_recorder->dropped() > 0)
-    std::fprintf(stderr, "modelmem preload: trace %s lost %llu events (ring buffer full)\n",
-                 g_trace_path->c_str(), static_cast<unsigned long long>(g_recorder->dropped()));
 }
 
 }  // namespace modelmem::preload

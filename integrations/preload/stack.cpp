@@ -16,8 +16,13 @@ std::string trace_path_problem(const std::string& path) {
   if (path.empty()) return "";
   const std::string head = "cannot write trace " + path + ": ";
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0) {
+  if (lstat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return head + "it is a directory";
+    // What the library's core::open_output_file refuses, said before the program starts.
+    if (S_ISLNK(st.st_mode)) return head + "it is a symbolic link (not followed)";
+    if (!S_ISREG(st.st_mode)) return head + "it is not a regular file";
+    if (st.st_uid != geteuid()) return head + "it belongs to another user";
+    if (st.st_nlink > 1) return head + "it has another hard link";
     if (access(path.c_str(), W_OK) != 0) return head + std::strerror(errno);
     return "";
   }

@@ -19,7 +19,8 @@
 //   cache_glue.*        the small-block cache (small_cache.hpp) in front of the C library
 //   strategy.*          calls into the modelmem strategy for large requests; fork handlers
 //   init.cpp            initialisation: the one place that reads the configuration and builds
-//   report.cpp          the exit report (MODELMEM_REPORT=1) and the trace writer (MODELMEM_TRACE)
+//   report.cpp          the exit report (MODELMEM_REPORT=1)
+//   trace_file.*        each process's trace file (MODELMEM_TRACE), flushed at exit and signals
 //   publish.cpp         the pools in `modelmem info`/`top`; C symbols for step marks and pools
 //   stack.*             what a configuration builds (shared with `modelmem run`'s preflight)
 #pragma once
@@ -62,7 +63,7 @@ extern alloc::PoolRouter* g_router;
 extern alloc::PlannedAllocator* g_planned;
 /// What was built, kept for the process's lifetime (nullptr until the library is ready).
 extern Stack* g_stack;
-/// MODELMEM_TRACE: the recorder and the file it is written to at exit.
+/// MODELMEM_TRACE: the recorder and the path it streams to (trace_file.hpp).
 extern trace::Recorder* g_recorder;
 extern std::string* g_trace_path;
 /// The strategy's describe(), for the report.

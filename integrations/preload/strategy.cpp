@@ -9,6 +9,7 @@
 #include "modelmem/core/error.hpp"
 #include "next_allocator.hpp"
 #include "state.hpp"
+#include "trace_file.hpp"
 
 namespace modelmem::preload {
 
@@ -76,6 +77,7 @@ void fork_parent() {
   g_mutex.unlock();
 }
 void fork_child() {
+  trace_fork_child();
   g_mutex.unlock();
 }
 

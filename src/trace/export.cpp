@@ -156,7 +156,9 @@ void write_problem_csv(const plan::Problem& problem, std::ostream& out) {
 Conversion convert_trace(const ConvertRequest& request) {
   Conversion c;
   c.format = conversion_format(request);
-  Trace t = read_trace(request.input, request.read);
+  Trace t =
+      read_traces(std::vector<std::filesystem::path>(request.inputs.begin(), request.inputs.end()),
+                  request.read);
   c.events = t.events.size();
   c.warnings = t.warnings;
   std::ostringstream out;

@@ -1,6 +1,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bit>
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/trace/recorder.hpp"
 
 namespace modelmem::trace {
@@ -18,6 +21,8 @@ namespace {
 constexpr const char* kNames[] = {"alloc", "free",  "segment_alloc", "segment_free",
                                   "map",   "unmap", "oom",           "mark"};
 constexpr std::size_t kKinds = sizeof(kNames) / sizeof(kNames[0]);
+// The stream's write buffer: one write(2) per 64 KiB of lines.
+constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
 
 // Hand-written formatting: snprintf may take locks or allocate on some libcs, and this runs in
 // processes whose malloc is being traced.
@@ -127,13 +132,15 @@ std::size_t format_csv_line(const alloc::Event& e, char* out, std::size_t capaci
 Recorder::Recorder(std::size_t capacity) {
   capacity_ = std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity);
   mask_ = capacity_ - 1;
-  mapped_bytes_ = checked_mul(capacity_, sizeof(Slot), "trace ring size");
+  mapped_bytes_ = checked_add(checked_mul(capacity_, sizeof(Slot), "trace ring size"), kBufferBytes,
+                              "trace ring size");
   void* p =
       ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     throw Error("trace recorder: cannot map " + format_bytes(mapped_bytes_) + " for " +
                 std::to_string(capacity_) + " events: " + std::strerror(errno));
   slots_ = static_cast<Slot*>(p);
+  buffer_ = static_cast<char*>(p) + capacity_ * sizeof(Slot);
   for (std::size_t i = 0; i < capacity_; ++i) {
     Slot* s = new (&slots_[i]) Slot{};
     s->sequence.store(i, std::memory_order_relaxed);
@@ -155,9 +162,12 @@ void Recorder::on_event(const alloc::Event& e) noexcept {
     auto diff = static_cast<std::int64_t>(seq - pos);
     if (diff == 0) {
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
-    } else if (diff < 0) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
+    } else if (diff < 0) {  // full: the oldest events make room, or this one is dropped
+      if (!make_room()) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      pos = head_.load(std::memory_order_relaxed);
     } else {
       pos = head_.load(std::memory_order_relaxed);
     }
@@ -179,6 +189,12 @@ void Recorder::on_event(const alloc::Event& e) noexcept {
   }
   slot->label[n] = '\0';
   slot->sequence.store(pos + 1, std::memory_order_release);
+  // The event that completes a chunk writes the pending ones (unless another thread is at it).
+  if (((pos + 1) & chunk_mask_) == 0 && stream_fd_.load(std::memory_order_relaxed) >= 0 &&
+      try_lock()) {
+    stream_locked();
+    unlock();
+  }
 }
 
 void Recorder::mark(const char* label) noexcept {
@@ -192,8 +208,24 @@ std::size_t Recorder::pending() const noexcept {
   return head > tail ? static_cast<std::size_t>(head - tail) : 0;
 }
 
+bool Recorder::try_lock() noexcept {
+  long expected = 0;
+  const long self = ::syscall(SYS_gettid);
+  return drainer_.compare_exchange_strong(expected, self, std::memory_order_acquire);
+}
+
+void Recorder::unlock() noexcept {
+  drainer_.store(0, std::memory_order_release);
+}
+
 std::size_t Recorder::drain(Sink sink, void* context, std::size_t max) noexcept {
-  if (draining_.exchange(true, std::memory_order_acquire)) return 0;  // another drainer runs
+  if (!try_lock()) return 0;  // another drainer runs
+  std::size_t count = drain_locked(sink, context, max);
+  unlock();
+  return count;
+}
+
+std::size_t Recorder::drain_locked(Sink sink, void* context, std::size_t max) noexcept {
   std::size_t count = 0;
   std::uint64_t pos = tail_.load(std::memory_order_relaxed);
   while (count < max) {
@@ -206,11 +238,23 @@ std::size_t Recorder::drain(Sink sink, void* context, std::size_t max) noexcept 
     slot.sequence.store(pos + capacity_, std::memory_order_release);
     ++pos;
     tail_.store(pos, std::memory_order_release);
-    sink(e, context);
+    if (sink != nullptr) sink(e, context);
     ++count;
   }
-  draining_.store(false, std::memory_order_release);
   return count;
+}
+
+bool Recorder::make_room() noexcept {
+  if (!try_lock()) return false;
+  std::size_t removed = 0;
+  if (stream_fd_.load(std::memory_order_relaxed) >= 0) removed = stream_locked();
+  if (removed == 0) {
+    // No stream (or it failed): the oldest eighth of the ring is discarded and counted.
+    removed = drain_locked(nullptr, nullptr, capacity_ / 8 > 0 ? capacity_ / 8 : 1);
+    dropped_.fetch_add(removed, std::memory_order_relaxed);
+  }
+  unlock();
+  return removed > 0;
 }
 
 namespace {
@@ -261,13 +305,123 @@ bool Recorder::write_csv(int fd, bool header) noexcept {
 }
 
 bool Recorder::write_csv(const char* path) noexcept {
-  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = core::open_output_file(path, 0600, nullptr);
   if (fd < 0) return false;
   bool ok = write_csv(fd, true);
   int saved = errno;
   if (::close(fd) != 0 && ok) return false;
   errno = saved;
   return ok;
+}
+
+namespace {
+
+// Lines gathered in the recorder's buffer and written whole; a failed write cuts the file back
+// to the end of the last buffer written, so it always ends at a whole event.
+struct StreamSink {
+  int fd;
+  char* buffer;
+  std::uint64_t written;  // bytes in the file
+  std::size_t used = 0;
+  int error = 0;
+
+  void flush() noexcept {
+    if (error == 0 && used > 0) {
+      if (write_all(fd, buffer, used)) {
+        written += used;
+      } else {
+        error = errno != 0 ? errno : EIO;
+        while (::ftruncate(fd, static_cast<off_t>(written)) != 0 && errno == EINTR) {
+        }
+      }
+    }
+    used = 0;
+  }
+  void append(const char* data, std::size_t n) noexcept {
+    if (used + n > kBufferBytes) flush();
+    std::memcpy(buffer + used, data, n);
+    used += n;
+  }
+};
+
+std::size_t dropped_line(std::uint64_t count, char* out, std::size_t capacity) noexcept {
+  LineWriter w{out, capacity};
+  w.put("# dropped=");
+  w.put_dec(count);
+  w.put('\n');
+  return w.length;
+}
+
+}  // namespace
+
+std::size_t Recorder::stream_locked() noexcept {
+  const int fd = stream_fd_.load(std::memory_order_acquire);
+  if (fd < 0) return 0;
+  StreamSink out{fd, buffer_, stream_bytes_.load(std::memory_order_relaxed)};
+  if (std::uint64_t lost = dropped(); lost > dropped_written_) {
+    char line[64];
+    out.append(line, dropped_line(lost, line, sizeof line));
+    dropped_written_ = lost;
+  }
+  std::size_t count = drain_locked(
+      [](const alloc::Event& e, void* ctx) {
+        char line[256];
+        std::size_t n = format_csv_line(e, line, sizeof line);
+        static_cast<StreamSink*>(ctx)->append(line, n);
+      },
+      &out, capacity_);
+  out.flush();
+  stream_bytes_.store(out.written, std::memory_order_relaxed);
+  if (out.error != 0) {
+    stream_error_.store(out.error, std::memory_order_release);
+    stream_fd_.store(-1, std::memory_order_release);
+  }
+  return count;
+}
+
+bool Recorder::stream_to(int fd, std::size_t chunk) noexcept {
+  std::size_t c = std::bit_ceil(chunk < 1 ? std::size_t{1} : chunk);
+  if (c > capacity_ / 2) c = capacity_ / 2 > 0 ? capacity_ / 2 : 1;
+  chunk_mask_ = c - 1;
+  stream_error_.store(0, std::memory_order_relaxed);
+  if (!write_all(fd, kCsvHeader.data(), kCsvHeader.size()) || !write_all(fd, "\n", 1)) {
+    stream_error_.store(errno, std::memory_order_relaxed);
+    return false;
+  }
+  stream_bytes_.store(kCsvHeader.size() + 1, std::memory_order_relaxed);
+  stream_fd_.store(fd, std::memory_order_release);
+  return true;
+}
+
+bool Recorder::flush() noexcept {
+  const long self = ::syscall(SYS_gettid);
+  for (int waited_ms = 0; !try_lock(); ++waited_ms) {
+    // The holder is this very thread (a signal interrupted its write), or it does not finish.
+    if (drainer_.load(std::memory_order_relaxed) == self || waited_ms >= 1000) return false;
+    struct timespec ms {
+      0, 1000000
+    };
+    ::nanosleep(&ms, nullptr);
+  }
+  while (stream_locked() > 0) {
+  }
+  unlock();
+  return stream_error() == 0 && stream_fd_.load(std::memory_order_relaxed) >= 0;
+}
+
+void Recorder::forget_after_fork() noexcept {
+  // Threads that were recording do not exist here: slots they had reserved would never be
+  // published, so the ring starts afresh.
+  for (std::size_t i = 0; i < capacity_; ++i)
+    slots_[i].sequence.store(i, std::memory_order_relaxed);
+  head_.store(0, std::memory_order_relaxed);
+  tail_.store(0, std::memory_order_relaxed);
+  dropped_.store(0, std::memory_order_relaxed);
+  dropped_written_ = 0;
+  stream_fd_.store(-1, std::memory_order_relaxed);
+  stream_error_.store(0, std::memory_order_relaxed);
+  stream_bytes_.store(0, std::memory_order_relaxed);
+  drainer_.store(0, std::memory_order_release);
 }
 
 }  // namespace modelmem::trace

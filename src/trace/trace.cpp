@@ -2,16 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <istream>
 #include <map>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string_view>
 #include <unordered_map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "modelmem/trace/snapshot.hpp"
@@ -247,6 +250,41 @@ Trace read_trace(const std::filesystem::path& path, const ReadOptions& options) 
   return parse_trace(in, path.string(), options);
 }
 
+Trace read_traces(const std::vector<std::filesystem::path>& paths, const ReadOptions& options) {
+  if (paths.empty()) throw InvalidInput("no trace file given");
+  if (paths.size() == 1) return read_trace(paths[0], options);
+  if (paths.size() >= (std::size_t{1} << 15))
+    throw InvalidInput(fmt::format("{} trace files: at most 32767 at once", paths.size()));
+  Trace merged;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    Trace t = read_trace(paths[i], options);
+    if (i > 0) {
+      for (TraceEvent& e : t.events)
+        if (e.address >= (std::uintptr_t{1} << 48))
+          throw InvalidInput(
+              fmt::format("{}:{}: address {:#x} above 2^48: the traces of several "
+                          "processes cannot be told apart",
+                          paths[i].string(), e.line, e.address));
+        else if (e.address != 0)
+          e.address |= static_cast<std::uintptr_t>(i) << 48;
+      // Thread ids are small per process: kept apart the same way.
+      for (TraceEvent& e : t.events) e.thread += static_cast<std::uint64_t>(i) << 32;
+    }
+    const std::size_t middle = merged.events.size();
+    merged.events.insert(merged.events.end(), std::make_move_iterator(t.events.begin()),
+                         std::make_move_iterator(t.events.end()));
+    std::inplace_merge(
+        merged.events.begin(), merged.events.begin() + middle, merged.events.end(),
+        [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+    merged.dropped += t.dropped;
+    merged.skipped_lines += t.skipped_lines;
+    merged.warnings.insert(merged.warnings.end(), t.warnings.begin(), t.warnings.end());
+    merged.name += (i == 0 ? "" : ", ") + paths[i].string();
+  }
+  merged.name += fmt::format(" ({} files)", paths.size());
+  return merged;
+}
+
 void write_csv(const Trace& trace, std::ostream& out) {
   out << kCsvHeader << '\n';
   char line[256];
@@ -272,11 +310,9 @@ void write_csv(const Trace& trace, std::ostream& out) {
 }
 
 void write_csv(const Trace& trace, const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InvalidInput(fmt::format("{}: cannot write", path.string()));
+  std::ostringstream out;
   write_csv(trace, out);
-  out.flush();
-  if (!out) throw Error(fmt::format("{}: write failed", path.string()));
+  core::write_file_replacing(path.string(), out.str(), 0600);  // never through a symlink
 }
 
 Trace from_recorder(Recorder& recorder, std::string name) {

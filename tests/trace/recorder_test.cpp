@@ -1,8 +1,14 @@
 #include "modelmem/trace/recorder.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "modelmem/core/files.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
@@ -30,15 +37,15 @@ std::string temp_path(const char* stem) {
       .string();
 }
 
-TEST(Recorder, KeepsEventsInOrderAndCountsOverflow) {
+TEST(Recorder, KeepsTheLatestEventsAndCountsOverflow) {
   Recorder recorder(4);
   EXPECT_EQ(recorder.capacity(), 4u);
   for (int i = 0; i < 6; ++i) recorder.on_event(make(EventKind::kAlloc, 0x1000 + i, 64, i));
-  EXPECT_EQ(recorder.recorded(), 4u);
+  EXPECT_EQ(recorder.recorded(), 6u);
   EXPECT_EQ(recorder.dropped(), 2u);
   Trace t = from_recorder(recorder);
   ASSERT_EQ(t.events.size(), 4u);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.events[i].address, 0x1000u + i);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.events[i].address, 0x1002u + i);
   EXPECT_EQ(t.dropped, 2u);
   ASSERT_FALSE(t.warnings.empty());
   EXPECT_NE(t.warnings[0].find("dropped 2"), std::string::npos);
@@ -82,8 +89,98 @@ TEST(Recorder, OverflowNeverBlocksUnderContention) {
       for (int i = 0; i < 10000; ++i) recorder.on_event(make(EventKind::kAlloc, 1, 8));
     });
   for (auto& th : threads) th.join();
-  EXPECT_EQ(recorder.recorded(), 64u);
-  EXPECT_EQ(recorder.dropped(), 40000u - 64u);
+  // Every event was either kept (the latest 64 at most) or counted as dropped.
+  EXPECT_LE(recorder.pending(), 64u);
+  EXPECT_EQ(recorder.dropped() + recorder.pending(), 40000u);
+}
+
+// Lines of a file, and whether it ends with a newline.
+std::vector<std::string> lines_of(const std::string& path, bool* whole = nullptr) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (whole != nullptr) *whole = !text.empty() && text.back() == '\n';
+  std::vector<std::string> out;
+  std::string line;
+  std::istringstream lines(text);
+  while (std::getline(lines, line)) out.push_back(line);
+  return out;
+}
+
+TEST(Recorder, StreamsToTheFileAChunkAtATime) {
+  const std::string path = temp_path("modelmem_stream");
+  int fd = core::open_output_file(path.c_str(), 0600, nullptr);
+  ASSERT_GE(fd, 0);
+  Recorder recorder(1024);
+  ASSERT_TRUE(recorder.stream_to(fd, 64));
+  for (int i = 0; i < 10000; ++i) recorder.on_event(make(EventKind::kAlloc, 0x1000 + i, 64, i));
+  // Before any flush, at most one chunk is missing from the file: what a SIGKILL can lose.
+  EXPECT_GE(lines_of(path).size(), 1u + 10000u - 64u);
+  EXPECT_LT(recorder.pending(), 64u);
+  ASSERT_TRUE(recorder.flush());
+  ::close(fd);
+  Trace t = read_trace(path);
+  ASSERT_EQ(t.events.size(), 10000u);
+  for (int i = 0; i < 10000; ++i) ASSERT_EQ(t.events[i].address, 0x1000u + i);
+  EXPECT_EQ(t.dropped, 0u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);  // addresses are nobody else's business
+  std::filesystem::remove(path);
+}
+
+TEST(Recorder, AFailedWriteLeavesAFileEndingAtAWholeEvent) {
+  // A file size limit stands for a full disk (EFBIG instead of ENOSPC), in a child process.
+  const std::string path = temp_path("modelmem_full");
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit {
+      100000, 100000
+    };
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    int fd = core::open_output_file(path.c_str(), 0600, nullptr);
+    Recorder recorder(1 << 12);
+    if (fd < 0 || !recorder.stream_to(fd, 256)) ::_exit(3);
+    for (int i = 0; i < 20000; ++i) recorder.on_event(make(EventKind::kAlloc, 0x1000 + i, 64, i));
+    const bool flushed = recorder.flush();
+    ::_exit(!flushed && recorder.stream_error() == EFBIG ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  bool whole = false;
+  std::vector<std::string> lines = lines_of(path, &whole);
+  EXPECT_TRUE(whole);
+  EXPECT_GT(lines.size(), 1000u);
+  EXPECT_LE(std::filesystem::file_size(path), 100000u);
+  Trace t = read_trace(path);  // no truncated line
+  EXPECT_EQ(t.events.size(), lines.size() - 1);
+  std::filesystem::remove(path);
+}
+
+TEST(Recorder, ATraceFileIsNeverWrittenThroughASymlink) {
+  const std::string target = temp_path("modelmem_target");
+  const std::string link = temp_path("modelmem_link");
+  { std::ofstream(target) << "precious\n"; }
+  std::filesystem::create_symlink(target, link);
+  Recorder recorder(16);
+  recorder.on_event(make(EventKind::kAlloc, 1, 1));
+  errno = 0;
+  EXPECT_FALSE(recorder.write_csv(link.c_str()));
+  EXPECT_EQ(errno, ELOOP);
+  EXPECT_EQ(lines_of(target), std::vector<std::string>{"precious"});
+  // A dangling link creates nothing where it points.
+  std::filesystem::remove(target);
+  EXPECT_FALSE(recorder.write_csv(link.c_str()));
+  EXPECT_FALSE(std::filesystem::exists(target));
+  const char* why = nullptr;
+  EXPECT_LT(core::open_output_file(link.c_str(), 0600, &why), 0);
+  EXPECT_NE(std::string(why).find("symbolic link"), std::string::npos);
+  std::filesystem::remove(link);
 }
 
 TEST(Recorder, WritesCsvThatReadsBack) {

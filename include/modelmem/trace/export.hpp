@@ -36,9 +36,9 @@ std::vector<MemoryPoint> memory_series(const Trace& trace, const Blocks& blocks,
 
 /// `modelmem trace IN -o OUT`: what to convert the trace into.
 struct ConvertRequest {
-  std::string input;   ///< trace CSV
-  ReadOptions read;    ///< skip_bad: `--skip-bad`
-  std::string format;  ///< csv, perfetto or problem
+  std::vector<std::string> inputs;  ///< trace CSVs, read as one (read_traces)
+  ReadOptions read;                 ///< skip_bad: `--skip-bad`
+  std::string format;               ///< csv, perfetto or problem
   std::string output;  ///< the file the caller will write: names the format when none is given
   std::optional<std::size_t> step;  ///< problem: the marked step (0-based)
   std::optional<Window> window;     ///< problem: event indices instead of a step

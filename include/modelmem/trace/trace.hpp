@@ -56,6 +56,11 @@ struct ReadOptions {
 /// as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp).
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options = {});
 Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& options = {});
+/// Several traces read as one (the files of one `modelmem run --trace T.csv`: T.csv and one
+/// T.<pid>.csv per other process): events merged in time order, the addresses of the second
+/// file on tagged with its index above bit 48 so that blocks of different processes never
+/// match, dropped counts and warnings added up. One path reads as read_trace.
+Trace read_traces(const std::vector<std::filesystem::path>& paths, const ReadOptions& options = {});
 
 /// Writes the modelmem trace CSV (kCsvHeader, then one line per event, then `# dropped=N`
 /// when events were dropped). read_trace gives back the same events.

@@ -1,0 +1,25 @@
+// Creating output files safely: never following a symbolic link planted at the file's own name,
+// never writing through another user's file or a second hard link of one. Used for traces
+// (the recorder, the LD_PRELOAD library) and for every file a `modelmem` command writes.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace modelmem::core {
+
+/// Opens `path` for writing from its start: created with `mode` when missing (O_CREAT |
+/// O_NOFOLLOW, so a symbolic link at the final component is refused, dangling or not); an
+/// existing file must be a regular file owned by this user with one link, and is truncated and
+/// given `mode`. Returns the descriptor (O_CLOEXEC), or -1 with errno set and `*why` a static
+/// string saying what was refused ("is a symbolic link", ...). No heap use and only
+/// async-signal-safe calls: the LD_PRELOAD library calls it in a fork child.
+int open_output_file(const char* path, unsigned mode, const char** why) noexcept;
+
+/// Writes `text` to `path` through a temporary file in the same folder, renamed into place: a
+/// symbolic link at `path` is replaced, never followed, and readers never see half a file.
+/// Throws InvalidInput "PATH: cannot write: why" (the folder missing or not writable, `path` a
+/// directory) or Error when a write fails (the temporary file is removed).
+void write_file_replacing(const std::string& path, std::string_view text, unsigned mode = 0644);
+
+}  // namespace modelmem::core

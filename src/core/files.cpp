@@ -1,0 +1,113 @@
+#include "modelmem/core/files.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "modelmem/core/error.hpp"
+
+namespace modelmem::core {
+
+namespace {
+
+// The process's umask without changing it (umask(2) can only read it by setting it, a race
+// with other threads): Linux shows it in /proc/self/status since 4.7; 022 where it does not.
+mode_t current_umask() noexcept {
+  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 022;
+  char buffer[4096];
+  ssize_t n = ::read(fd, buffer, sizeof buffer - 1);
+  ::close(fd);
+  if (n <= 0) return 022;
+  buffer[n] = '\0';
+  const char* at = std::strstr(buffer, "Umask:");
+  return at == nullptr ? 022 : static_cast<mode_t>(std::strtoul(at + 6, nullptr, 8));
+}
+
+}  // namespace
+
+int open_output_file(const char* path, unsigned mode, const char** why) noexcept {
+  const char* ignored = nullptr;
+  if (why == nullptr) why = &ignored;
+  // O_NONBLOCK: opening a FIFO planted at the name must not wait for a reader.
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                  static_cast<mode_t>(mode));
+  if (fd < 0) {
+    *why = errno == ELOOP ? "it is a symbolic link (not followed)" : std::strerror(errno);
+    return -1;
+  }
+  struct stat st {};
+  const char* refused = nullptr;
+  if (::fstat(fd, &st) != 0)
+    refused = "cannot stat it";
+  else if (!S_ISREG(st.st_mode))
+    refused = "it is not a regular file";
+  else if (st.st_uid != ::geteuid())
+    refused = "it belongs to another user";
+  else if (st.st_nlink > 1)
+    refused = "it has another hard link";
+  if (refused == nullptr) {
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 || ::ftruncate(fd, 0) != 0 ||
+        ::fchmod(fd, static_cast<mode_t>(mode)) != 0)
+      refused = std::strerror(errno);
+  }
+  if (refused != nullptr) {
+    int saved = errno == 0 ? EPERM : errno;
+    ::close(fd);
+    errno = saved;
+    *why = refused;
+    return -1;
+  }
+  return fd;
+}
+
+void write_file_replacing(const std::string& path, std::string_view text, unsigned mode) {
+  if (path.empty()) throw InvalidInput("an empty output file name");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw InvalidInput(path + ": is a directory, not a file to write");
+  const std::size_t slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  std::string temp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+                     "." + path.substr(slash == std::string::npos ? 0 : slash + 1) + ".XXXXXX";
+  int fd = ::mkstemp(temp.data());
+  if (fd < 0)
+    throw InvalidInput(path + ": cannot write: folder " + folder + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    const int saved = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw Error(path + ": " + what + ": " + std::strerror(saved));
+  };
+  if (::fchmod(fd, static_cast<mode_t>(mode & ~current_umask())) != 0) fail("cannot set its mode");
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    throw Error(path + ": write failed: " + std::strerror(saved));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    throw InvalidInput(path + ": cannot write: " + std::strerror(saved));
+  }
+}
+
+}  // namespace modelmem::core

@@ -1,0 +1,245 @@
+// The preload where the environment is hostile. The trace files of MODELMEM_TRACE / `modelmem
+// run --trace`: written as the program runs, so a process killed by a signal leaves its events;
+// one file per process; a write failure is a non-zero status from `run` and a file that ends at
+// a whole event; symlinks are refused. And start-up under an address-space limit.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "modelmem/trace/trace.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = MODELMEM_BINARY_DIR;
+const std::string kLib = kBin + "/integrations/preload/libmodelmem_preload.so";
+const std::string kCheck = kBin + "/integrations/preload/preload_check";
+const std::string kCli = MODELMEM_CLI;
+
+class TraceFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(MODELMEM_PRELOAD_UNAVAILABLE).size() > 0)
+      GTEST_SKIP() << MODELMEM_PRELOAD_UNAVAILABLE;
+    const char* tmp = std::getenv("TMPDIR");
+    dir_ = fs::path(tmp ? tmp : "/tmp") / ("modelmem_tracefile_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+struct Outcome {
+  int status = 0;  // waitpid's
+  std::string out;
+};
+
+// Runs `argv` with `env` added; when `signal` is non-zero, sends it once the program printed
+// "ready" on stdout. stdout and stderr come back together.
+Outcome spawn(const std::vector<std::string>& env, const std::vector<std::string>& argv,
+              int signal = 0) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return {};
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::dup2(pipe_fds[1], 1);
+    ::dup2(pipe_fds[1], 2);
+    ::close(pipe_fds[0]);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  Outcome o;
+  char buffer[4096];
+  bool sent = false;
+  for (;;) {
+    ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
+    if (n <= 0) break;
+    o.out.append(buffer, static_cast<std::size_t>(n));
+    if (signal != 0 && !sent && o.out.find("ready\n") != std::string::npos) {
+      ::kill(child, signal);
+      sent = true;
+    }
+  }
+  ::close(pipe_fds[0]);
+  ::waitpid(child, &o.status, 0);
+  return o;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::size_t count(const modelmem::trace::Trace& t, modelmem::alloc::EventKind kind) {
+  std::size_t n = 0;
+  for (const auto& e : t.events) n += e.kind == kind;
+  return n;
+}
+
+TEST_F(TraceFile, ATraceSurvivesSigkillSigtermAndSigint) {
+  using modelmem::alloc::EventKind;
+  for (int sig : {SIGKILL, SIGTERM, SIGINT}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string trace = path("t" + std::to_string(sig) + ".csv");
+    Outcome o = spawn(
+        {"LD_PRELOAD=" + kLib, "MODELMEM_ALLOC_CONF=strategy:caching", "MODELMEM_TRACE=" + trace},
+        {kCheck, "loop"}, sig);
+    ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
+    EXPECT_EQ(WTERMSIG(o.status), sig) << o.out;  // the program ends as it would have
+    const std::string text = read_file(trace);
+    ASSERT_FALSE(text.empty()) << o.out;
+    EXPECT_EQ(text.back(), '\n');
+    modelmem::trace::Trace t = modelmem::trace::read_trace(trace);
+    // 20000 pairs were made before "ready"; a SIGKILL loses at most one chunk (4096 events).
+    const std::size_t lost = sig == SIGKILL ? 4096 / 2 : 0;
+    EXPECT_GE(count(t, EventKind::kAlloc), 20000u - lost);
+    EXPECT_GE(count(t, EventKind::kFree), 20000u - lost - 1);
+  }
+}
+
+TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string trace = path("py.csv");
+  const std::string script =
+      "import sys\n"
+      "for i in range(3000):\n"
+      "    b = bytearray(1 << 20)\n"
+      "    del b\n"
+      "raise KeyboardInterrupt\n";
+  Outcome o = spawn(
+      {"LD_PRELOAD=" + kLib, "MODELMEM_ALLOC_CONF=strategy:caching", "MODELMEM_TRACE=" + trace},
+      {"/usr/bin/python3", "-c", script});
+  // Python ends itself with SIGINT (default action restored) after the traceback.
+  ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
+  EXPECT_EQ(WTERMSIG(o.status), SIGINT);
+  modelmem::trace::Trace t = modelmem::trace::read_trace(trace);
+  EXPECT_GE(count(t, modelmem::alloc::EventKind::kAlloc), 3000u) << o.out;
+}
+
+TEST_F(TraceFile, EveryProcessOfARunWritesItsOwnFile) {
+  const std::string trace = path("run.csv");
+  const std::string script = kCheck + " steps && " + kCheck + " steps && true";
+  Outcome o = spawn({}, {kCli, "run", "--conf", "strategy:planned", "--trace", trace, "--",
+                         "/bin/sh", "-c", script});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  ASSERT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  // The shell's own trace is run.csv; each preload_check wrote run.<pid>.csv in full.
+  ASSERT_TRUE(fs::exists(trace)) << o.out;
+  std::vector<std::string> children;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "run.csv" && name.rfind("run.", 0) == 0) children.push_back(entry.path().string());
+  }
+  ASSERT_EQ(children.size(), 2u) << o.out;
+  for (const std::string& child : children) {
+    modelmem::trace::Trace t = modelmem::trace::read_trace(child);
+    EXPECT_EQ(count(t, modelmem::alloc::EventKind::kAlloc), 2400u) << child;
+    EXPECT_EQ(count(t, modelmem::alloc::EventKind::kFree), 2400u) << child;
+  }
+  // And `analyze` reads them as one set.
+  Outcome a = spawn({}, {kCli, "analyze", trace, children[0], children[1]});
+  ASSERT_TRUE(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0) << a.out;
+  EXPECT_NE(a.out.find("3 files"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("alloc 4800"), std::string::npos) << a.out;
+}
+
+TEST_F(TraceFile, AWriteFailureIsANonZeroStatusAndAWholeLastEvent) {
+  // A file size limit stands for a full disk; SIGXFSZ ignored, as a write then fails instead.
+  const std::string trace = path("full.csv");
+  const std::string line = "trap '' XFSZ; ulimit -f 200; exec " + kCli + " run --trace " + trace +
+                           " --conf strategy:planned -- " + kCheck + " steps";
+  Outcome o = spawn({}, {"/bin/sh", "-c", line});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 1) << o.out;
+  EXPECT_NE(o.out.find("preload_check steps: ok"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("write failed, the file ends at the last whole event"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("modelmem run: 1 trace file(s) not written whole"), std::string::npos)
+      << o.out;
+  const std::string text = read_file(trace);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_LE(text.size(), 200u * 512u);
+  EXPECT_NO_THROW(modelmem::trace::read_trace(trace));
+}
+
+TEST_F(TraceFile, ASymlinkAtTheTracePathIsRefused) {
+  const std::string target = path("precious");
+  const std::string link = path("link.csv");
+  { std::ofstream(target) << "precious\n"; }
+  fs::create_symlink(target, link);
+  // `run` says so before the program starts.
+  Outcome o = spawn({}, {kCli, "run", "--trace", link, "--", "/bin/true"});
+  ASSERT_TRUE(WIFEXITED(o.status));
+  EXPECT_EQ(WEXITSTATUS(o.status), 2) << o.out;
+  EXPECT_NE(o.out.find("symbolic link"), std::string::npos) << o.out;
+  // The library refuses it too (a link planted after the check, or MODELMEM_TRACE by hand).
+  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + link}, {kCheck, "steps"});
+  ASSERT_TRUE(WIFEXITED(o.status));
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  EXPECT_NE(o.out.find("it is a symbolic link (not followed)"), std::string::npos) << o.out;
+  EXPECT_EQ(read_file(target), "precious\n");
+  // A dangling link creates nothing where it points.
+  fs::remove(target);
+  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + link}, {kCheck, "steps"});
+  EXPECT_FALSE(fs::exists(target));
+  // A new trace file is the user's alone.
+  const std::string plain = path("plain.csv");
+  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + plain}, {kCheck, "steps"});
+  EXPECT_EQ(fs::status(plain).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+}
+
+TEST_F(TraceFile, RunStartsUnderAnAddressSpaceLimit) {
+  // 16 GiB (ulimit -v counts KiB), far below the 256 GiB reservation asked by default.
+  const std::string line = "ulimit -v 16777216; " + kCli + " run --conf strategy:caching -- " +
+                           kCheck + " threads && " + kCli +
+                           " run --conf strategy:planned -- /bin/sh -c '" + kCheck + " steps; " +
+                           kCheck + " steps'";
+  Outcome o = spawn({}, {"/bin/sh", "-c", line});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  EXPECT_NE(o.out.find("preload_check threads: ok"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("preload_check steps: ok"), std::string::npos) << o.out;
+  // Said once per run (the second run's children stay quiet), naming the limit and the key.
+  std::size_t notes = 0;
+  for (std::size_t at = 0;
+       (at = o.out.find("of address space for large requests", at)) != std::string::npos; ++at)
+    ++notes;
+  EXPECT_EQ(notes, 2u) << o.out;
+  EXPECT_NE(o.out.find("RLIMIT_AS (ulimit -v) is 16.00 GiB"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("preload_reserve_gb"), std::string::npos) << o.out;
+  // Where not even 1 GiB fits, `run` says which limit and which key, before the program starts.
+  o = spawn({}, {"/bin/sh", "-c", "ulimit -v 1500000; " + kCli + " run -- /bin/true"});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 2) << o.out;
+  EXPECT_NE(o.out.find("RLIMIT_AS (ulimit -v) is"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("lower preload_reserve_gb"), std::string::npos) << o.out;
+}
+
+}  // namespace
