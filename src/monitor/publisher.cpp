@@ -17,11 +17,13 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/monitor/reader.hpp"
 
 namespace modelmem::monitor {
 namespace {
@@ -169,6 +171,14 @@ class Publisher {
     std::uint64_t uid = geteuid();
     std::string name = segment_name(uid, pid);
     std::size_t bytes = segment_bytes(effective_.capacity);
+    if (owner_pid_ == 0 && !reclaimed_) {
+      // Every publisher removes the segments of this user's dead processes (killed by a
+      // signal, they could not) when it starts, so none pile up between two `info` runs.
+      reclaimed_ = true;
+      ScanOptions reclaim;
+      reclaim.max_wait_us = 0;
+      scan(reclaim);
+    }
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
       // Left by an earlier process with the same pid (killed, or in another pid namespace
@@ -181,6 +191,16 @@ class Publisher {
         shm_unlink(name.c_str());
         fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       }
+    }
+    // Taken by someone else (another user can create any name in /dev/shm): a name with a
+    // random part nobody can guess in advance instead.
+    for (int attempt = 0; fd < 0 && errno == EEXIST && attempt < 8; ++attempt) {
+      std::random_device random;
+      char suffix[24];
+      std::snprintf(suffix, sizeof suffix, ".r%08x%08x", random(), random());
+      const std::string other = segment_name(uid, pid) + suffix;
+      fd = shm_open(other.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      if (fd >= 0) name = other;
     }
     if (fd < 0) return fail("cannot create " + name + ": " + std::strerror(errno));
     // The umask may have removed bits, never added any; make the mode exactly 0600.
@@ -339,6 +359,7 @@ class Publisher {
   PublisherOptions effective_;
   bool resolved_ = false;
   bool failed_ = false;
+  bool reclaimed_ = false;  // stale segments removed once, by the first segment made
   bool stop_ = false;
   bool wake_ = false;
   bool thread_running_ = false;  ///< thread_ has entered run()

@@ -10,7 +10,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "modelmem/monitor/publisher.hpp"
 
@@ -29,18 +35,40 @@ Liveness liveness(const ProcessSnapshot& p) {
   return Liveness::kAlive;
 }
 
-struct Mapping {
-  void* base = MAP_FAILED;
-  std::size_t bytes = 0;
-  ~Mapping() {
-    if (base != MAP_FAILED) munmap(base, bytes);
+// Reads exactly `bytes` at `offset`; false when the file was shorter (truncated meanwhile).
+bool read_exact(int fd, void* out, std::size_t bytes, off_t offset) {
+  auto* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    ssize_t n = pread(fd, p, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    offset += n;
   }
-};
+  return true;
+}
+
+// Whether `uid` is the real or effective user of process `pid` (/proc/PID/status: the owner
+// of /proc/PID itself is root for a process that changed its credentials).
+bool process_runs_as(std::int64_t pid, std::uint64_t uid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Uid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(4));
+    std::uint64_t real = 0, effective = 0;
+    fields >> real >> effective;
+    return fields && (real == uid || effective == uid);
+  }
+  return false;
+}
 
 // What one file gave: a snapshot, or a note saying why not.
 struct FileRead {
   std::optional<ProcessSnapshot> snapshot;
   bool torn = false;
+  bool removable = false;  // a regular file of ours (or we are root)
   std::string note;
 };
 
@@ -63,7 +91,11 @@ FileRead read_file(int dir_fd, const std::string& name, const std::string& shown
     close(fd);
     return out;
   }
-  if (st.st_uid != geteuid()) {
+  out.removable = st.st_uid == geteuid() || geteuid() == 0;
+  // root reads every user's segments (each checked against its process's owner below);
+  // anyone else only their own.
+  const bool foreign = st.st_uid != geteuid();
+  if (foreign && geteuid() != 0) {
     out.note = shown + ": owned by uid " + std::to_string(st.st_uid) + ", not us";
     close(fd);
     return out;
@@ -81,15 +113,37 @@ FileRead read_file(int dir_fd, const std::string& name, const std::string& shown
     close(fd);
     return out;
   }
-  Mapping m;
-  m.base = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  m.bytes = bytes;
+  // A copy read with pread, never a mapping: a segment truncated while it is read (by its
+  // owner, or by anyone who can write it) then gives a short read and a note, not SIGBUS.
+  // The copy is consistent when the sequence word was even and unchanged across it.
+  std::vector<std::uint64_t> copy((bytes + 7) / 8);
+  const off_t seq_offset = static_cast<off_t>(segment_sequence_offset());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(max_wait_us);
+  bool consistent = false;
+  for (;;) {
+    std::uint64_t before = 1, after = 0;
+    if (!read_exact(fd, &before, 8, seq_offset) || !read_exact(fd, copy.data(), bytes, 0) ||
+        !read_exact(fd, &after, 8, seq_offset)) {
+      out.note = shown + ": changed while it was read (truncated to fewer than " +
+                 std::to_string(bytes) + " bytes); skipped";
+      close(fd);
+      return out;
+    }
+    if (before == after && (before & 1) == 0) {
+      consistent = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   close(fd);
-  if (m.base == MAP_FAILED) {
-    out.note = shown + ": cannot map: " + std::strerror(errno);
+  ReadResult r = read_segment(copy.data(), bytes, consistent ? max_wait_us : 0);
+  if (r.snapshot && foreign &&
+      (r.snapshot->uid != st.st_uid || !process_runs_as(r.snapshot->pid, st.st_uid))) {
+    out.note = shown + ": owned by uid " + std::to_string(st.st_uid) +
+               ", which does not own the process it names; skipped";
     return out;
   }
-  ReadResult r = read_segment(m.base, bytes, max_wait_us);
   if (r.snapshot) {
     r.snapshot->segment = "/" + name;
     out.snapshot = std::move(r.snapshot);
@@ -102,7 +156,13 @@ FileRead read_file(int dir_fd, const std::string& name, const std::string& shown
 
 }  // namespace
 
-std::optional<std::int64_t> pid_from_segment_name(const std::string& name) {
+std::optional<std::int64_t> pid_from_segment_name(const std::string& name_in) {
+  std::string_view name = name_in;
+  // "modelmem.alice.1234.r3f9c...": the name a publisher takes when the plain one was taken.
+  if (std::size_t dot = name.rfind('.');
+      dot != std::string_view::npos && dot + 2 < name.size() && name[dot + 1] == 'r' &&
+      name.find_first_not_of("0123456789abcdef", dot + 2) == std::string_view::npos)
+    name = name.substr(0, dot);
   std::size_t dot = name.rfind('.');
   if (dot == std::string::npos || dot + 1 >= name.size()) return std::nullopt;
   std::int64_t pid = 0;
@@ -157,11 +217,14 @@ Scan scan(const ScanOptions& options) {
     }
     FileRead r = read_file(dir_fd, name, shown, options.max_wait_us);
     if (!r.snapshot) {
-      // A segment we cannot read is never trusted; but when it is ours and its process (by the
-      // name's pid) is gone, nobody will ever finish writing it.
+      // A segment we cannot read is never trusted; but when it is ours (or we are root) and
+      // its process (by the name's pid) is gone, nobody will ever finish writing it: torn,
+      // garbage or truncated, it goes.
       bool gone = kill(static_cast<pid_t>(*name_pid), 0) != 0 && errno == ESRCH;
-      if (r.torn && gone) {
-        StaleSegment s{"/" + name, *name_pid, "", "process is gone (segment torn mid-write)"};
+      if (gone && r.removable) {
+        StaleSegment s{"/" + name, *name_pid, "",
+                       r.torn ? "process is gone (segment torn mid-write)"
+                              : "process is gone (segment unreadable)"};
         if (options.clean_stale) s.removed = unlinkat(dir_fd, name.c_str(), 0) == 0;
         out.stale.push_back(std::move(s));
       } else {

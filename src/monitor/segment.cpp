@@ -171,6 +171,10 @@ std::size_t segment_bytes(std::size_t capacity) noexcept {
   return kHeaderBytes + capacity * kRecordBytes;
 }
 
+std::size_t segment_sequence_offset() noexcept {
+  return kSeqWord * 8;
+}
+
 std::string segment_name(std::uint64_t uid, std::int64_t pid) {
   std::string user;
   struct passwd pw;

@@ -112,6 +112,10 @@ struct ReadResult {
 /// microseconds) and never reads outside [base, base + bytes). Never throws.
 ReadResult read_segment(const void* base, std::size_t bytes, unsigned max_wait_us = 20000) noexcept;
 
+/// Byte offset of the sequence word (even when no write is in progress): a reader copying a
+/// segment with pread checks it before and after the copy.
+std::size_t segment_sequence_offset() noexcept;
+
 /// Wall clock, ns since the Unix epoch.
 std::uint64_t wall_clock_ns() noexcept;
 
