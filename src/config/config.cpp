@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -27,6 +28,11 @@ using namespace modelmem::alloc;
 namespace {
 
 using detail::bad;
+using detail::check_kb_or_zero;
+using detail::check_mb_or_zero;
+using detail::check_positive_count;
+using detail::check_solve_ms;
+using detail::check_steps_count;
 using detail::kMaxMb;
 using detail::kMiB;
 using detail::parse_uint;
@@ -232,10 +238,10 @@ std::vector<KeySpec> core_keys() {
         "cap on reserved memory as a fraction of the device's total (PyTorch's "
         "set_per_process_memory_fraction)"},
        check_fraction},
-      {{"thread_cache_mb", "0", "whole number",
+      {{"thread_cache_mb", "0", "whole number of MiB < 2^44",
         "caching: per thread, up to this many MiB of freed small blocks are kept for the same "
         "thread and handed back without the pool's lock (0 = off, as PyTorch)"},
-       check_count},
+       check_mb_or_zero},
       {{"huge_pages", "False", "True | False",
         "host memory in 2 MiB pages where the system has them"},
        check_bool},
@@ -252,22 +258,22 @@ std::vector<KeySpec> core_keys() {
         "direct (one segment per block, nothing cached: the smallest footprint, a page fault "
         "per touched page of every block)"},
        check_planned_fallback},
-      {{"planned_warmup_steps", "1", "whole number",
+      {{"planned_warmup_steps", "1", "whole number <= 2^32",
         "planned: marked steps left to the fallback before the first plan"},
-       check_count},
-      {{"planned_mismatch_limit", "2", "whole number > 0",
+       check_steps_count},
+      {{"planned_mismatch_limit", "2", "whole number in [1, 2^32]",
         "planned: consecutive mismatching steps before a re-plan"},
-       check_positive},
-      {{"planned_max_plans", "4", "whole number > 0",
+       check_positive_count},
+      {{"planned_max_plans", "4", "whole number in [1, 2^32]",
         "planned: plans kept (one per input shape), least recently used dropped"},
-       check_positive},
+       check_positive_count},
       {{"planned_solver", "best", "solver name", "planned: solver of a step plan"}, check_solver},
-      {{"planned_solve_ms", "500", "whole number > 0",
+      {{"planned_solve_ms", "500", "ms in [1, 3600000]",
         "planned: time budget of one step plan (ms)"},
-       check_positive},
-      {{"planned_min_kb", "0", "whole number",
+       check_solve_ms},
+      {{"planned_min_kb", "0", "whole number of KiB < 2^54",
         "planned: requests below this many KiB go to the fallback, outside every step"},
-       check_count},
+       check_kb_or_zero},
       {{"planned_huge_pages", "True", "True | False",
         "planned: the arena in 2 MiB pages where the system has them (host: transparent huge "
         "pages); huge_pages:True puts every host segment in them"},

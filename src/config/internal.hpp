@@ -17,6 +17,14 @@ inline constexpr std::size_t kMaxMb = (std::size_t{1} << 44) - 1;
 /// Whether `s` is a whole decimal number that fits (digits only: no sign, no space); sets `out`.
 bool parse_uint(std::string_view s, std::size_t& out);
 
+/// Ranged checks of the key table (config::check_whole_number_in): MiB and KiB whose bytes fit
+/// in 64 bits (0 allowed), planned_solve_ms in [1, 3600000], counts up to 2^32.
+std::string check_mb_or_zero(const std::string& key, std::string_view v);
+std::string check_kb_or_zero(const std::string& key, std::string_view v);
+std::string check_solve_ms(const std::string& key, std::string_view v);
+std::string check_steps_count(const std::string& key, std::string_view v);
+std::string check_positive_count(const std::string& key, std::string_view v);
+
 /// One "KEY:VALUE" entry of a bracketed list, both sides trimmed.
 struct ListEntry {
   std::string_view key;

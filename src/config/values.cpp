@@ -1,13 +1,59 @@
-// The syntax that several configuration values share (config/internal.hpp): whole numbers and
-// bracketed "[KEY:VALUE,...]" lists (roundup_power2_divisions, pools).
+// The syntax that several configuration values share (config/internal.hpp): whole numbers, their
+// ranges, and bracketed "[KEY:VALUE,...]" lists (roundup_power2_divisions, pools).
 #include <charconv>
+#include <cstdint>
 #include <string>
 
 #include "config/internal.hpp"
+#include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 
+namespace modelmem::config {
+
+std::string check_whole_number_in(const std::string& key, std::string_view value, std::size_t min,
+                                  std::size_t max, std::string_view unit) {
+  std::size_t n = 0;
+  const std::string u = unit.empty() ? "" : " " + std::string(unit);
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]" + u;
+  const bool digits =
+      !value.empty() && value.find_first_not_of("0123456789") == std::string_view::npos;
+  if (digits && !detail::parse_uint(value, n))  // more than 64 bits hold
+    detail::bad(key, std::string(value) + u + " is out of range: must be in " + range);
+  if (!digits)
+    detail::bad(key, "expected a whole number" + u + ", got '" + std::string(value) + "'");
+  if (n < min || n > max)
+    detail::bad(key, std::string(value) + u + " is out of range: must be in " + range);
+  return std::to_string(n);
+}
+
+}  // namespace modelmem::config
+
 namespace modelmem::config::detail {
+
+// A number of MiB that may be 0 (thread_cache_mb): its bytes must fit in 64 bits.
+std::string check_mb_or_zero(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 0, kMaxMb, "MiB");
+}
+
+// planned_min_kb: its bytes must fit in 64 bits.
+std::string check_kb_or_zero(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 0, SIZE_MAX >> 10, "KiB");
+}
+
+// planned_solve_ms: at most an hour (a step plan taking longer is a mistake, and the
+// nanoseconds of a larger number would not fit in a clock's 64 bits).
+std::string check_solve_ms(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 1, 3'600'000, "ms");
+}
+
+// Counts of steps and plans: up to 2^32 (more would never be reached).
+std::string check_steps_count(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 0, std::size_t{1} << 32);
+}
+std::string check_positive_count(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 1, std::size_t{1} << 32);
+}
 
 bool parse_uint(std::string_view s, std::size_t& out) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return false;

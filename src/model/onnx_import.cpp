@@ -131,12 +131,41 @@ class Importer {
     return size;
   }
 
+  // An initializer's data must be as large as its dims say, or absent (a graph-only model keeps
+  // dims and type and drops the data): dims claiming more than the data hold would count
+  // weights that are not there.
+  void check_initializer_data(const TensorProto& t, std::size_t bytes) const {
+    const std::size_t element = element_size_of(t.data_type());
+    const std::size_t elements = element == 0 ? 0 : bytes / element;
+    const bool complex =
+        t.data_type() == TensorProto::COMPLEX64 || t.data_type() == TensorProto::COMPLEX128;
+    std::size_t typed = 0;
+    for (int n : {t.float_data_size(), t.int32_data_size(), t.int64_data_size(),
+                  t.double_data_size(), t.uint64_data_size(), t.string_data_size()})
+      typed += static_cast<std::size_t>(n);
+    std::string dims;
+    for (auto d : t.dims()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    if (t.has_raw_data()) {
+      if (t.raw_data().size() != bytes)
+        fail(
+            fmt::format("initializer '{}': dims [{}] of {} need {} bytes, but its raw data holds "
+                        "{} bytes",
+                        t.name(), dims, dtype_name(t.data_type()), bytes, t.raw_data().size()));
+    } else if (typed != 0 && typed != (complex ? 2 * elements : elements)) {
+      fail(fmt::format("initializer '{}': dims [{}] hold {} elements, but its data holds {} values",
+                       t.name(), dims, elements, typed));
+    }
+  }
+
   void check_initializers() {
     namespace fs = std::filesystem;
     for (const auto& t : model_.graph().initializer()) {
       initializers_.insert(t.name());
       std::size_t bytes = tensor_bytes(t.name(), t.data_type(), t.dims(), "initializer");
-      if (!(t.has_data_location() && t.data_location() == TensorProto::EXTERNAL)) continue;
+      if (!(t.has_data_location() && t.data_location() == TensorProto::EXTERNAL)) {
+        check_initializer_data(t, bytes);
+        continue;
+      }
       std::string location;
       std::size_t offset = 0, length = bytes;
       for (const auto& kv : t.external_data()) {
@@ -417,7 +446,35 @@ class Importer {
       t.shape = dims;
       t.bytes = tensor_bytes(t.name, t.dtype, dims, where);
     }
+    check_concat_sums(graph);
     return graph;
+  }
+
+  // ONNX's shape inference adds Concat's dims in 64-bit signed arithmetic, which wraps (64 x
+  // 2^58 gives 0): the sum is redone here, overflow-checked, with the node named.
+  void check_concat_sums(const Graph& graph) const {
+    const auto& g = model_.graph();
+    for (int n = 0; n < g.node_size(); ++n) {
+      const auto& node = g.node(n);
+      const Node& ours = graph.nodes[static_cast<std::size_t>(n)];
+      if (node.op_type() != "Concat" || ours.outputs.empty()) continue;
+      std::int64_t axis = 0;
+      for (const auto& a : node.attribute())
+        if (a.name() == "axis") axis = a.i();
+      std::int64_t sum = 0;
+      for (int t : ours.inputs) {
+        if (t < 0) continue;
+        const auto& shape = graph.tensors[static_cast<std::size_t>(t)].shape;
+        const auto rank = static_cast<std::int64_t>(shape.size());
+        const std::int64_t a = axis < 0 ? axis + rank : axis;
+        if (a < 0 || a >= rank) continue;  // inference refused such a node already
+        if (__builtin_add_overflow(sum, shape[static_cast<std::size_t>(a)], &sum))
+          fail(
+              fmt::format("{}: the output's dim {} (the sum of the inputs' dims) overflows 64 "
+                          "bits",
+                          graph.describe_node(n), axis));
+      }
+    }
   }
 
   std::string source_;

@@ -56,6 +56,40 @@ TEST_F(ConfigCli, BadStringsExitWithCode2) {
   EXPECT_NE(e.out.find("fallback:error forbids"), std::string::npos) << e.out;
 }
 
+// `config` accepts exactly what `run` accepts: the preload's keys are range-checked at parse
+// time, so a value `config` takes never fails (or wraps) when `run` builds the stack.
+TEST_F(ConfigCli, PreloadKeysOutOfRangeAreRefusedAsRunRefusesThem) {
+  struct Case {
+    const char* conf;
+    const char* says;
+  };
+  for (const Case& c :
+       {Case{"preload_threshold_kb:18014398509481984",
+             "preload_threshold_kb: 18014398509481984 KiB is out of range: must be in [1, "
+             "18014398509481983] KiB"},
+        Case{"preload_reserve_gb:18446744073709551615",
+             "preload_reserve_gb: 18446744073709551615 GiB is out of range: must be in [1, "
+             "131072] GiB"},
+        Case{"preload_reserve_gb:0", "preload_reserve_gb: 0 GiB is out of range"},
+        Case{"preload_cache_kb:18446744073709551616", "preload_cache_kb: 18446744073709551616"}}) {
+    CliResult r = run_config(c.conf);
+    EXPECT_EQ(r.code, 2) << c.conf << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.conf << "\n" << r.out;
+    CliResult run = modelmem::testing::run_command(std::string(MODELMEM_BINARY_DIR) +
+                                                   "/modelmem run --dry-run --conf " + c.conf +
+                                                   " -- true 2>&1");
+    EXPECT_EQ(run.code, 2) << c.conf << "\n" << run.out;
+    EXPECT_NE(run.out.find(c.says), std::string::npos) << c.conf << "\n" << run.out;
+  }
+  // The largest values are accepted by both (the reservation adapts to what fits).
+  const char* largest = "preload_threshold_kb:18014398509481983,preload_reserve_gb:131072";
+  EXPECT_EQ(run_config(largest).code, 0);
+  CliResult run =
+      modelmem::testing::run_command(std::string(MODELMEM_BINARY_DIR) +
+                                     "/modelmem run --dry-run --conf " + largest + " -- true 2>&1");
+  EXPECT_EQ(run.code, 0) << run.out;
+}
+
 TEST_F(ConfigCli, DefaultsToTheEnvironmentAndListsKeys) {
   CliResult r = run_config("");  // no STRING: the environment's setting, none here
   if (std::getenv("MODELMEM_ALLOC_CONF") == nullptr &&

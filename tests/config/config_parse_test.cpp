@@ -137,6 +137,28 @@ TEST(ConfigParse, MalformedValuesNameTheKey) {
   EXPECT_REJECTED("thread_cache_mb:1.5", "thread_cache_mb: expected a whole");
 }
 
+// Every numeric value has a range, so none overflows when it is multiplied into bytes or
+// nanoseconds; the message names the key and the range.
+TEST(ConfigParse, NumbersOutOfRangeAreRefusedWithTheKeyAndTheRange) {
+  EXPECT_REJECTED("thread_cache_mb:17592186044416",
+                  "thread_cache_mb: 17592186044416 MiB is out of range: must be in [0, "
+                  "17592186044415] MiB");
+  EXPECT_REJECTED("thread_cache_mb:99999999999999999999999", "thread_cache_mb: 9999");
+  EXPECT_REJECTED("strategy:planned,planned_min_kb:18014398509481984",
+                  "planned_min_kb: 18014398509481984 KiB is out of range");
+  EXPECT_REJECTED("strategy:planned,planned_solve_ms:9223372036854775807",
+                  "planned_solve_ms: 9223372036854775807 ms is out of range: must be in [1, "
+                  "3600000] ms");
+  EXPECT_REJECTED("strategy:planned,planned_solve_ms:0", "planned_solve_ms: 0 ms is out of range");
+  EXPECT_REJECTED("strategy:planned,planned_max_plans:4294967297",
+                  "planned_max_plans: 4294967297 is out of range");
+  EXPECT_REJECTED("strategy:planned,planned_warmup_steps:x",
+                  "planned_warmup_steps: expected a whole number");
+  // The largest accepted values build.
+  EXPECT_EQ(error_of("strategy:planned,planned_min_kb:18014398509481983,planned_solve_ms:3600000"),
+            "");
+}
+
 TEST(ConfigParse, RoundupPower2DivisionsForms) {
   EXPECT_REJECTED("roundup_power2_divisions:3",
                   "roundup_power2_divisions: divisions must be a power of two");

@@ -205,5 +205,37 @@ TEST(EmbeddedData, WeightsWithDataLoad) {
   EXPECT_EQ(g.tensors[g.find_tensor("W")].kind, TensorKind::kWeight);
 }
 
+// Dims that claim more than the data hold: refused, not counted as weights that are not there.
+TEST(EmbeddedData, DimsLargerThanTheDataAreRefused) {
+  ModelBuilder b = valid();
+  b.weight("liar", {std::int64_t{1} << 40});
+  b.proto().mutable_graph()->mutable_initializer(1)->set_raw_data(std::string(16, '\1'));
+  auto msg = error_of([&] { b.load(); });
+  EXPECT_HAS(msg, "initializer 'liar'");
+  EXPECT_HAS(msg, "holds 16 bytes");
+  ModelBuilder typed = valid();
+  typed.weight("few", {1000});
+  for (int i = 0; i < 4; ++i)
+    typed.proto().mutable_graph()->mutable_initializer(1)->add_float_data(1.0f);
+  msg = error_of([&] { typed.load(); });
+  EXPECT_HAS(msg, "initializer 'few'");
+  EXPECT_HAS(msg, "holds 4 values");
+}
+
+// ONNX's shape inference adds Concat's dims in int64 and wraps: 64 x 2^58 gives 0.
+TEST(BadInput, ConcatWhoseOutputDimOverflows) {
+  ModelBuilder b;
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 64; ++i) {
+    inputs.push_back("X" + std::to_string(i));
+    b.input(inputs.back(), {std::int64_t{1} << 58}, onnx::TensorProto::UINT8);
+  }
+  b.output("Y", onnx::TensorProto::UINT8);
+  ModelBuilder::int_attr(b.node("Concat", inputs, {"Y"}, "cat"), "axis", 0);
+  auto msg = error_of([&] { b.load(); });
+  EXPECT_HAS(msg, "'cat' (Concat)");
+  EXPECT_HAS(msg, "overflows");
+}
+
 }  // namespace
 }  // namespace modelmem::model

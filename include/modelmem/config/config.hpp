@@ -46,6 +46,11 @@ using KeyCheck = std::string (*)(const std::string& key, std::string_view value)
 /// The checks other layers' keys use: a whole number; a whole number > 0.
 std::string check_whole_number(const std::string& key, std::string_view value);
 std::string check_positive_number(const std::string& key, std::string_view value);
+/// A whole number in [min, max] (`unit` names what it counts in the message: "KiB", "ms"), or
+/// InvalidInput "config: KEY: ... must be in [min, max]". Every numeric key has such a range, so
+/// that what `modelmem config` accepts is what a stack builds from (no product overflows).
+std::string check_whole_number_in(const std::string& key, std::string_view value, std::size_t min,
+                                  std::size_t max, std::string_view unit = "");
 
 /// A key of a layer above the core (the LD_PRELOAD library's keys live in
 /// integrations/preload/preload_keys.cpp): parse_config accepts it, config_keys() lists it.
