@@ -1,0 +1,197 @@
+// Stress test of every strategy, as the trusted allocators are tested: T threads allocate random
+// sizes (1 B to 8 MiB, log-uniform), write a checksum into every block, free blocks made by
+// other threads (one in eight goes through a shared exchange), and check every block before it
+// is freed. A corrupted or misaligned block, a crash or a hang fails the run.
+//   alloc_stress [--seconds S] [--threads T] [--conf STRING ...]
+// Without --conf: every strategy (system, caching with and without the thread cache, static,
+// planned with automatic and with marked steps). Prints one line per strategy; exits 1 on any
+// corruption. The sanitizer build runs it for a few seconds in the test suite (CTest
+// stress.allocators); docs/benchmarks.md has longer runs.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "modelmem/config/config.hpp"
+#include "modelmem/config/factory.hpp"
+#include "modelmem/core/error.hpp"
+
+namespace {
+
+struct Block {
+  unsigned char* p = nullptr;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+};
+
+// The byte at offset `i` of block `id`: every 4 KiB page and both ends carry it.
+unsigned char byte_of(std::uint64_t id, std::size_t i) {
+  return static_cast<unsigned char>((id * 0x9e3779b97f4a7c15ull + i * 31) >> 56);
+}
+
+template <typename F>
+void each_checked_offset(std::size_t size, F f) {
+  const std::size_t ends = size < 64 ? size : 64;
+  for (std::size_t i = 0; i < ends; ++i) f(i);
+  for (std::size_t i = 64; i + 64 < size; i += 4096) f(i);
+  for (std::size_t i = size > 64 ? size - 64 : ends; i < size; ++i) f(i);
+}
+
+struct Totals {
+  std::atomic<std::uint64_t> ops{0}, corrupt{0}, misaligned{0}, refused{0};
+};
+
+struct Exchange {
+  std::mutex mu;
+  std::vector<Block> blocks;
+};
+
+bool check(const Block& b) {
+  bool ok = true;
+  each_checked_offset(b.size, [&](std::size_t i) { ok &= b.p[i] == byte_of(b.id, i); });
+  return ok;
+}
+
+void worker(modelmem::alloc::Allocator& a, unsigned seed, std::chrono::steady_clock::time_point end,
+            Totals& t, Exchange& ex, std::atomic<std::uint64_t>& ids, bool marks) {
+  std::mt19937_64 rng(seed);
+  std::vector<Block> live;
+  auto release = [&](const Block& b) {
+    if (!check(b)) t.corrupt++;
+    a.deallocate(b.p);
+  };
+  std::uint64_t n = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    if (marks && n % 256 == 0) {
+      a.end_step();
+      a.begin_step();
+    }
+    ++n;
+    const unsigned op = rng() % 8;
+    if (op < 4 || live.empty()) {
+      // log-uniform over [1 B, 8 MiB]
+      const double e = std::uniform_real_distribution<double>(0, 23)(rng);
+      const auto size = static_cast<std::size_t>(std::exp2(e));
+      Block b;
+      b.size = size == 0 ? 1 : size;
+      b.id = ids.fetch_add(1);
+      try {
+        b.p = static_cast<unsigned char*>(a.allocate(b.size));
+      } catch (const modelmem::OutOfMemory&) {
+        t.refused++;
+        continue;
+      }
+      if (reinterpret_cast<std::uintptr_t>(b.p) % alignof(std::max_align_t) != 0) t.misaligned++;
+      each_checked_offset(b.size, [&](std::size_t i) { b.p[i] = byte_of(b.id, i); });
+      live.push_back(b);
+      if (live.size() > 64) {
+        std::size_t k = rng() % live.size();
+        release(live[k]);
+        live[k] = live.back();
+        live.pop_back();
+      }
+    } else if (op == 4) {
+      // Hand a block to whichever thread comes next.
+      std::size_t k = rng() % live.size();
+      std::lock_guard lock(ex.mu);
+      ex.blocks.push_back(live[k]);
+      live[k] = live.back();
+      live.pop_back();
+    } else if (op == 5) {
+      Block b;
+      {
+        std::lock_guard lock(ex.mu);
+        if (ex.blocks.empty()) continue;
+        b = ex.blocks.back();
+        ex.blocks.pop_back();
+      }
+      release(b);
+    } else {
+      std::size_t k = rng() % live.size();
+      release(live[k]);
+      live[k] = live.back();
+      live.pop_back();
+    }
+    t.ops++;
+  }
+  for (const Block& b : live) release(b);
+}
+
+int run(const std::string& conf, double seconds, unsigned threads) {
+  modelmem::config::Built built = modelmem::config::build(modelmem::config::parse_config(conf));
+  modelmem::alloc::Allocator& a = *built.allocator;
+  const bool marks = conf.find("planned_steps:marked") != std::string::npos;
+  Totals t;
+  Exchange ex;
+  std::atomic<std::uint64_t> ids{1};
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(seconds));
+  std::vector<std::thread> pool;
+  for (unsigned i = 0; i < threads; ++i)
+    pool.emplace_back(worker, std::ref(a), 1234 + i, end, std::ref(t), std::ref(ex), std::ref(ids),
+                      marks && i == 0);
+  for (auto& th : pool) th.join();
+  for (const Block& b : ex.blocks) {
+    if (!check(b)) t.corrupt++;
+    a.deallocate(b.p);
+  }
+  const auto s = a.stats();
+  std::printf(
+      "%-45s %10llu ops %3llu corrupt %3llu misaligned %6llu refused  peak reserved %lld MiB, "
+      "live at the end %lld B\n",
+      conf.c_str(), static_cast<unsigned long long>(t.ops.load()),
+      static_cast<unsigned long long>(t.corrupt.load()),
+      static_cast<unsigned long long>(t.misaligned.load()),
+      static_cast<unsigned long long>(t.refused.load()),
+      static_cast<long long>(s.reserved_bytes.all.peak >> 20),
+      static_cast<long long>(s.allocated_bytes.all.current));
+  return t.corrupt == 0 && t.misaligned == 0 && s.allocated_bytes.all.current == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 2;
+  unsigned threads = 8;
+  std::vector<std::string> confs;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--conf" && i + 1 < argc) {
+      confs.push_back(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: alloc_stress [--seconds S] [--threads T] [--conf STRING ...]\n");
+      return 2;
+    }
+  }
+  if (confs.empty())
+    confs = {"strategy:system",
+             "strategy:caching",
+             "strategy:caching,thread_cache_mb:4",
+             "strategy:static,static_pool_mb:1024",
+             "strategy:planned",
+             "strategy:planned,planned_steps:marked",
+             "strategy:planned,planned_fallback:direct"};
+  int rc = 0;
+  try {
+    for (const std::string& c : confs)
+      rc |= run(c, seconds / static_cast<double>(confs.size()), threads);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "alloc_stress: %s\n", e.what());
+    return 2;
+  }
+  std::printf(rc == 0 ? "alloc_stress: ok\n" : "alloc_stress: FAILED\n");
+  return rc;
+}
