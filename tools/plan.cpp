@@ -1,6 +1,6 @@
-// `modelmem plan MODEL.onnx [MODEL2.onnx ...]`: parses the flags, calls model::plan_model() (or
-// model::plan_device() with --device-memory and several models) and renders the result with the
-// library's renderers. Every input is checked before anything is computed, and files are
+// `modelmem plan MODEL.onnx [MODEL2.onnx ...]`: parses the flags, calls sizing::plan_need() (or
+// sizing::plan_device() with --device-memory) and renders the result with the library's
+// renderers. Every input is checked before anything is computed, and files are
 // written before the report is printed, so an error stops the command with nothing on stdout.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -17,6 +17,8 @@
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "modelmem/sizing/fit.hpp"
+#include "modelmem/sizing/plan_need.hpp"
 #include "plan_serve.hpp"
 
 namespace fs = std::filesystem;
@@ -45,6 +47,12 @@ struct PlanArgs {
   bool no_alias = false;
   bool no_conv_workspace = false;
   bool no_module_scopes = false;
+  bool ignore_model_limits = false;
+  std::string strategy;
+  std::string overhead;
+  std::string device_kind = "cuda";
+  std::string fit;
+  bool fit_each = false;
 };
 
 // An output path that can be written: not a directory, its directory exists and is writable.
@@ -88,13 +96,56 @@ model::PlanOptions plan_options(const PlanArgs& args) {
   o.lengths_path = args.lengths;
   o.safety = args.safety;
   o.time_limit = args.time_limit;
+  o.ignore_model_limits = args.ignore_model_limits;
   return o;
+}
+
+// --fit DIM [--fit-each]: the largest value of DIM that fits --device-memory.
+int run_fit(const PlanArgs& args, const model::PlanOptions& options,
+            const sizing::SizingOptions& sizing, std::size_t device) {
+  if (args.fit.empty()) throw InvalidInput("--fit-each needs --fit DIM");
+  if (!args.html.empty()) throw InvalidInput("--html draws one plan; it does not go with --fit");
+  sizing::FitRequest request;
+  request.models = args.models;
+  request.options = options;
+  request.sizing = sizing;
+  request.device_memory = device;
+  request.dim = args.fit;
+  std::vector<sizing::FitResult> results;
+  if (args.fit_each)
+    results = sizing::fit_each(request);
+  else
+    results.push_back(sizing::fit(request));
+  std::string report;
+  bool found = true;
+  nlohmann::json each = nlohmann::json::array();
+  for (const auto& f : results) {
+    report += sizing::render_text(f);
+    found = found && f.found();
+    nlohmann::json j = f.found() ? sizing::render_json(f.at_value) : nlohmann::json::object();
+    j["fit"] = sizing::fit_json(f);
+    each.push_back(std::move(j));
+  }
+  if (!args.json.empty()) {
+    nlohmann::json j = args.fit_each ? nlohmann::json{{"fit_each", each}} : each.front();
+    write_file(args.json, j.dump(1) + "\n");
+    report += fmt::format("json           {}\n", args.json);
+  }
+  fmt::print("{}", report);
+  return found ? 0 : 1;
 }
 
 int run_plan(const PlanArgs& args) {
   if (args.models.empty()) throw InvalidInput("plan: give an ONNX model (or --serve MODEL)");
   model::PlanOptions options = plan_options(args);
   model::validate(options);
+  sizing::SizingOptions sizing;
+  sizing.strategy = args.strategy;
+  sizing.overhead = args.overhead;
+  sizing.device_kind = sizing::parse_device_kind(args.device_kind);
+  const std::size_t device =
+      args.device_memory.empty() ? 0 : model::parse_size(args.device_memory, "--device-memory");
+  sizing::validate(sizing, device);
   check_output("--json", args.json);
   check_output("--html", args.html);
   if (!args.lengths.empty() && fs::is_directory(args.lengths))
@@ -105,17 +156,19 @@ int run_plan(const PlanArgs& args) {
       throw InvalidInput(fmt::format("{}: is a directory, not an ONNX model file", m));
   }
 
+  if (!args.fit.empty() || args.fit_each) return run_fit(args, options, sizing, device);
   if (args.device_memory.empty()) {
     if (args.models.size() > 1)
       throw InvalidInput(fmt::format(
           "{} models given: planning several models shares a device, give --device-memory SIZE",
           args.models.size()));
-    model::ModelPlan mp = model::plan_model(args.models[0], options);
+    sizing::ModelNeed mn = sizing::plan_need(args.models[0], options, sizing);
+    const model::ModelPlan& mp = mn.plan;
     model::TextOptions text;
     text.show_live = args.show_live;
-    std::string report = model::render_text(mp, text);
+    std::string report = sizing::render_text(mn, text);
     if (!args.json.empty()) {
-      write_file(args.json, model::render_json_text(mp));
+      write_file(args.json, sizing::render_json_text(mn));
       report += fmt::format("json           {}\n", args.json);
     }
     if (!args.html.empty()) {
@@ -128,15 +181,14 @@ int run_plan(const PlanArgs& args) {
 
   if (!args.html.empty())
     throw InvalidInput("--html draws one model's plan; it does not go with --device-memory");
-  const std::size_t device = model::parse_size(args.device_memory, "--device-memory");
-  model::DevicePlan dp = model::plan_device(args.models, options, device);
-  std::string report = model::render_text(dp);
+  sizing::DeviceNeed dn = sizing::plan_device(args.models, options, device, sizing);
+  std::string report = sizing::render_text(dn);
   if (!args.json.empty()) {
-    write_file(args.json, model::render_json(dp).dump(1) + "\n");
+    write_file(args.json, sizing::render_json(dn).dump(1) + "\n");
     report += fmt::format("json           {}\n", args.json);
   }
   fmt::print("{}", report);
-  return dp.fits() ? 0 : 1;
+  return dn.fits() ? 0 : 1;
 }
 
 void setup_plan(CLI::App& app, int& exit_code) {
@@ -181,6 +233,22 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_option("--device-memory", args->device_memory,
                   "Share a device of SIZE (16GiB, 512MiB, bytes) among the models: each one's "
                   "need, the fit, the headroom and per-model configuration strings");
+  cmd->add_option("--strategy", args->strategy,
+                  "The strategy whose need sizes every quota, total and fit: caching, static, "
+                  "planned, expandable or a configuration string (default: what `modelmem run` "
+                  "builds, strategy:caching)");
+  cmd->add_option("--overhead", args->overhead,
+                  "Device memory outside the allocator (runtime context, library workspaces): a "
+                  "size (512MiB) or a fraction of --device-memory (0.05, 5%); default per "
+                  "--device-kind");
+  cmd->add_option("--device-kind", args->device_kind,
+                  "The device the plan is for: its default --overhead (cuda, npu: 1 GiB; host: 0)")
+      ->check(CLI::IsMember({"cuda", "npu", "host"}))
+      ->capture_default_str();
+  cmd->add_option("--fit", args->fit,
+                  "The largest value of this dim (batch, seq, ...) whose need fits "
+                  "--device-memory, for every model together; the need there and one above");
+  cmd->add_flag("--fit-each", args->fit_each, "With --fit: each model's largest value alone");
   cmd->add_option("--json", args->json,
                   "Write the plan as JSON (the runtime's plan: key reads it)");
   cmd->add_option("--html", args->html, "Write a self-contained HTML picture of the plan");
@@ -194,6 +262,9 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-conv-workspace", args->no_conv_workspace,
                 "Eager figure without the copies PyTorch's CPU convolution (oneDNN) makes of a "
                 "Conv's input and weights (kernels larger than 1x1)");
+  cmd->add_flag("--ignore-model-limits", args->ignore_model_limits,
+                "Plan dims past the model's limits (a position table's rows) instead of refusing "
+                "them");
   cmd->add_flag("--no-module-scopes", args->no_module_scopes,
                 "Eager figure without holding a PyTorch module's arguments until it returns "
                 "(scopes read from torch.onnx node names)");

@@ -3,6 +3,7 @@
 // (Inside): the C heap serves its own allocations, so the library never allocates through itself.
 #include <errno.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <exception>
@@ -12,6 +13,7 @@
 
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "state.hpp"
@@ -22,10 +24,42 @@ namespace {
 // Shows one allocator to the publisher: its statistics are read as modelmem code, under the
 // library's mutex (the order every allocation takes too), so the publisher's thread never
 // calls into the strategy while another thread allocates, and never allocates through it.
+// Requests a full pool passed to the next allocator: slot 0 is the main stack, slot i + 1 the
+// router's pool i (pools past the last slot share it).
+constexpr std::size_t kPassedSlots = 64;
+struct PassedOn {
+  std::atomic<std::uint64_t> count{0};
+  std::atomic<std::uint64_t> first_size{0};
+};
+PassedOn g_passed[kPassedSlots];
+std::atomic<bool> g_passed_told{false};
+
+std::size_t slot_of_current() {
+  if (g_router == nullptr) return 0;
+  const std::string name = g_router->current_pool();
+  if (name.empty()) return 0;
+  const auto& pools = g_router->pools();
+  for (std::size_t i = 0; i < pools.size(); ++i)
+    if (pools[i].name == name) return std::min(i + 1, kPassedSlots - 1);
+  return 0;
+}
+
+std::string slot_name(std::size_t slot) {
+  if (slot == 0 || g_router == nullptr) return "the main stack";
+  return "pool '" + g_router->pools()[slot - 1].name + "'";
+}
+
+std::string passed_text(std::size_t slot) {
+  const std::uint64_t n = g_passed[slot].count.load(std::memory_order_relaxed);
+  return std::to_string(n) + (n == 1 ? " request" : " requests") +
+         " passed to the next allocator, outside the pool (the first of " +
+         format_bytes(g_passed[slot].first_size.load(std::memory_order_relaxed)) + ")";
+}
+
 class Guarded final : public alloc::Allocator {
  public:
-  Guarded(alloc::Allocator* inner, std::string describe)
-      : inner_(inner), describe_(std::move(describe)) {}
+  Guarded(alloc::Allocator* inner, std::string describe, std::size_t slot)
+      : inner_(inner), describe_(std::move(describe)), slot_(slot) {}
   void* allocate(std::size_t, alloc::Stream) override {
     throw Unsupported("monitor view: not an allocator");
   }
@@ -39,6 +73,11 @@ class Guarded final : public alloc::Allocator {
   std::string describe() const override { return describe_; }
 
   void fill(monitor::PoolSnapshot& s) const {
+    if (const std::uint64_t n = g_passed[slot_].count.load(std::memory_order_relaxed); n > 0) {
+      Inside inside;
+      if (s.warning_count == 0) s.warning = passed_text(slot_);
+      s.warning_count += n;
+    }
     const alloc::PlannedAllocator* planned = planned_of(inner_);
     if (planned == nullptr) return;
     Inside inside;
@@ -55,6 +94,7 @@ class Guarded final : public alloc::Allocator {
   }
   alloc::Allocator* inner_;
   std::string describe_;
+  std::size_t slot_;
 };
 
 struct Published {
@@ -72,8 +112,9 @@ void publish_pools() {
     // Kept for the process's lifetime, as the stack itself.
     auto* p = new Published();
     const std::string strategy = g_stack->config.get("strategy");
+    std::size_t slot = 0;
     auto add = [&](alloc::Allocator* a, const std::string& name, std::size_t budget) {
-      auto view = std::make_shared<Guarded>(a, a->describe());
+      auto view = std::make_shared<Guarded>(a, a->describe(), std::min(slot++, kPassedSlots - 1));
       monitor::PoolInfo info;
       info.name = name;
       info.device = "host";
@@ -85,7 +126,10 @@ void publish_pools() {
       p->views.push_back(std::move(view));
     };
     if (g_router != nullptr) {
-      if (g_router->main()) add(g_router->main().get(), "preload", 0);
+      if (g_router->main())
+        add(g_router->main().get(), "preload", 0);
+      else
+        slot = 1;
       for (const auto& pool : g_router->pools()) add(pool.allocator.get(), pool.name, pool.quota);
     } else {
       add(g_alloc, "preload", 0);
@@ -93,6 +137,38 @@ void publish_pools() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "modelmem preload: not published to the monitor: %s\n", e.what());
   }
+}
+
+void report_passed_on(std::size_t size) noexcept {
+  try {
+    const std::size_t slot = slot_of_current();
+    PassedOn& p = g_passed[slot];
+    if (p.count.fetch_add(1, std::memory_order_relaxed) == 0)
+      p.first_size.store(size, std::memory_order_relaxed);
+    if (g_passed_told.exchange(true)) return;
+    std::string size_text;
+    if (slot > 0)
+      size_text = " of " + format_bytes(g_router->pools()[slot - 1].quota);
+    else if (g_alloc != nullptr)
+      size_text =
+          " (" +
+          format_bytes(static_cast<std::size_t>(g_alloc->stats().reserved_bytes.all.current)) +
+          " reserved)";
+    std::fprintf(stderr,
+                 "modelmem preload: %s%s is full: a request of %s goes to the next allocator, "
+                 "outside the pool; further ones are counted (--report, modelmem info), not "
+                 "printed\n",
+                 slot_name(slot).c_str(), size_text.c_str(), format_bytes(size).c_str());
+  } catch (...) {
+  }
+}
+
+std::string passed_on_summary() {
+  std::string out;
+  for (std::size_t slot = 0; slot < kPassedSlots; ++slot)
+    if (g_passed[slot].count.load(std::memory_order_relaxed) > 0)
+      out += (out.empty() ? "" : "; ") + slot_name(slot) + ": " + passed_text(slot);
+  return out;
 }
 
 void report_quota(const char* what) noexcept {

@@ -46,6 +46,8 @@ void print_report() {
   std::fprintf(out, "  large requests    %llu by modelmem, %llu by the next allocator (refused)\n",
                static_cast<unsigned long long>(g_served),
                static_cast<unsigned long long>(g_large_libc.load()));
+  if (const std::string passed = passed_on_summary(); !passed.empty())
+    std::fprintf(out, "  passed on         %s\n", passed.c_str());
   alloc::Stats s = g_alloc->stats();
   if (g_planned != nullptr) {
     auto p = g_planned->planned_stats();

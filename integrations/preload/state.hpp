@@ -111,6 +111,14 @@ void publish_pools();
 /// stderr (the first 10 per process; the rest are counted).
 void report_quota(const char* what) noexcept;
 
+/// A request of `size` bytes that the calling thread's pool (or the main stack) could not serve
+/// (it is full: out of memory below its quota), about to go to the next allocator: counted per
+/// pool (the report, and `modelmem info` as the pool's fallback warnings), and told once per
+/// process on stderr, naming the pool, its size and the request. Called under g_mutex.
+void report_passed_on(std::size_t size) noexcept;
+/// The report's line on requests passed on, per pool ("" when there were none).
+std::string passed_on_summary();
+
 }  // namespace modelmem::preload
 
 #pragma GCC visibility pop

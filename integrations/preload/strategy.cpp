@@ -35,6 +35,7 @@ void* mm_allocate(std::size_t size) noexcept {
     report_quota(e.what());
     return nullptr;  // the caller returns NULL with ENOMEM
   } catch (...) {
+    report_passed_on(size);
     return nullptr;  // counted in g_large_libc by the caller, which falls back
   }
 }

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "model/fold.hpp"
+#include "model/fold_value.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
 
@@ -383,6 +384,9 @@ class Importer {
       tensor.bytes =
           tensor_bytes(t.name(), t.data_type(), t.dims(),
                        tensor.kind == TensorKind::kWeight ? "initializer" : "folded constant");
+      if (tensor.kind == TensorKind::kConstant)
+        if (auto v = detail::from_tensor(t); v && !v->is_real() && !v->ints.empty())
+          tensor.max_value = *std::max_element(v->ints.begin(), v->ints.end());
     }
     for (const auto& in : g.input()) {
       if (!initializers_.count(in.name())) add(in.name(), TensorKind::kInput);

@@ -102,6 +102,19 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
   load.ignore_unknown_dims = options.ignore_unknown_dims;
   if (options.buckets) load.dims[options.buckets->dim] = options.buckets->values.back();
   mp.graph = load_onnx(path, load);
+  if (!options.ignore_model_limits)
+    for (const auto& limit : table_limits(mp.graph))
+      if (limit.exceeded()) {
+        std::string dims;
+        for (const auto& [name, value] : mp.graph.dims)
+          dims += fmt::format("{}{}={}", dims.empty() ? "" : " ", name, value);
+        throw ModelLimitExceeded(
+            limit,
+            fmt::format("{}: at {} the model indexes position {} of table '{}' ({}), which "
+                        "has {} rows: the sequence is longer than the model takes "
+                        "(--ignore-model-limits plans it anyway)",
+                        path, dims, limit.largest_index, limit.table, limit.node, limit.rows));
+      }
   mp.family = guess_family(mp.graph);
   mp.preset = seed_preset(mp.family);
 

@@ -196,12 +196,14 @@ window.addEventListener('error', function (e) {{
                      fmt::arg("data", escape_script(data.dump())));
 }
 
-std::string render_json_text(const ModelPlan& mp) {
+std::string render_json_text(const ModelPlan& mp,
+                             const std::vector<std::pair<std::string, std::string>>& extra) {
   plan::PlanInfo info = plan_info(mp.graph, mp.plan);
   info.extra.emplace_back("runtime", nlohmann::json(runtime_name(mp.options.runtime)).dump());
   info.extra.emplace_back("dtype", nlohmann::json(mp.options.dtype).dump());
   info.extra.emplace_back("ideal_arena_bytes", std::to_string(mp.ideal_arena));
   info.extra.emplace_back("eager_peak_bytes", std::to_string(mp.eager_peak));
+  for (const auto& e : extra) info.extra.push_back(e);
   return plan::plan_json_text(mp.plan.lifetimes.problem, *mp.plan.solve.plan, info);
 }
 

@@ -386,4 +386,101 @@ TEST(Journeys, DefaultRunOnAPeriodicTorchInferenceFaultsNoMoreThanAlone) {
   expect_no_worse("torch_periodic.py", "30");
 }
 
+// ---- what fits, and quotas that hold (issue 23): plan --fit, then run at the value found
+
+// The first "WORD VALUE" line's value in `text` after `key` (e.g. "batch=37" -> 37).
+long value_after(const std::string& text, const std::string& key) {
+  const std::size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stol(text.substr(at + key.size()));
+}
+
+// The configuration string printed after `label` on a line of `text`.
+std::string config_after(const std::string& text, const std::string& label) {
+  const std::size_t at = text.find(label);
+  if (at == std::string::npos) return "";
+  const std::size_t end = text.find('\n', at);
+  return text.substr(at + label.size(), end - at - label.size());
+}
+
+std::string exported(const std::string& model, int size) {
+  const std::string out = (temp_dir() / (model + ".onnx")).string();
+  if (!fs::exists(out)) {
+    Result r = run({kPython, kDir + "/../../bench/model/eager_trace.py", "export", model, out,
+                    std::to_string(size)});
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+  return out;
+}
+
+TEST(Journeys, TheBatchPlanFitPrintsRunsInItsPoolAndOneMoreIsRefusedByThePool) {
+  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  constexpr int kSize = 112;  // input height and width: a short run
+  const std::string r18 = exported("resnet18", kSize);
+  Result plan = run({kCli, "plan", r18, "--fit", "batch", "--device-memory", "160MiB", "--runtime",
+                     "eager", "--strategy", "caching", "--device-kind", "host"});
+  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
+  const long batch = value_after(plan.out, "fit            batch=");
+  ASSERT_GT(batch, 1) << plan.out;
+  const std::string conf = config_after(plan.out, "config         one process: ");
+  ASSERT_NE(conf.find("pools:[resnet18:"), std::string::npos) << plan.out;
+
+  // At the batch found, under exactly that string: every request served by the pool.
+  Result at =
+      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+           kDir + "/fit_child.py", std::to_string(kSize), "resnet18:" + std::to_string(batch)},
+          {"OMP_NUM_THREADS=1"});
+  EXPECT_EQ(at.code, 0) << at.err;
+  EXPECT_NE(at.out.find("ok resnet18 " + std::to_string(batch)), std::string::npos)
+      << at.out << at.err;
+  EXPECT_NE(at.err.find(", 0 by the next allocator"), std::string::npos) << at.err;
+  EXPECT_EQ(at.err.find("is full"), std::string::npos) << at.err;
+
+  // Twice the batch needs more than the pool: refused inside it, with its name and quota.
+  Result over =
+      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+           kDir + "/fit_child.py", std::to_string(kSize), "resnet18:" + std::to_string(2 * batch)},
+          {"OMP_NUM_THREADS=1"});
+  EXPECT_NE(over.out.find("refused resnet18"), std::string::npos) << over.out << over.err;
+  EXPECT_NE(over.err.find("pool 'resnet18'"), std::string::npos) << over.err;
+  EXPECT_NE(over.err.find("quota"), std::string::npos) << over.err;
+}
+
+TEST(Journeys, TwoModelsRunUnderThePoolsPlanPrintsWithoutAnOom) {
+  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  constexpr int kSize = 112;
+  const std::string r18 = exported("resnet18", kSize);
+  const std::string mnv2 = exported("mobilenet_v2", kSize);
+  Result plan = run({kCli, "plan", r18, mnv2, "--dim", "batch=4", "--device-memory", "512MiB",
+                     "--runtime", "eager", "--device-kind", "host"});
+  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
+  const std::string conf = config_after(plan.out, "config         one process, every model: ");
+  ASSERT_NE(conf.find("mobilenet_v2:"), std::string::npos) << plan.out;
+  Result both = run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+                     kDir + "/fit_child.py", std::to_string(kSize), "resnet18:4", "mobilenet_v2:4"},
+                    {"OMP_NUM_THREADS=1"});
+  EXPECT_EQ(both.code, 0) << both.err;
+  EXPECT_NE(both.out.find("ok resnet18 4"), std::string::npos) << both.out << both.err;
+  EXPECT_NE(both.out.find("ok mobilenet_v2 4"), std::string::npos) << both.out << both.err;
+  EXPECT_NE(both.err.find(", 0 by the next allocator"), std::string::npos) << both.err;
+}
+
+TEST(Journeys, AFullPoolPassingARequestToTheNextAllocatorSaysSoOnceAndCountsIt) {
+  // 8 + 9 MiB share one 20 MiB segment; 4 MiB more is within the 30 MiB quota but needs a
+  // second segment the pool's 30 MiB cannot hold: the pool is full below its quota.
+  Result r = run({kCli, "run", "--preload", kPreload, "--report", "--conf",
+                  "strategy:caching,pools:[small:30]", "--", kPython, kDir + "/pools_child.py",
+                  "small", "8", "small", "9", "small", "4", "small", "5"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ok small 5"), std::string::npos) << r.out;
+  const std::size_t first =
+      r.err.find("modelmem preload: pool 'small' of 30.00 MiB is full: a request of 4.00 MiB");
+  EXPECT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("is full", first + 10), std::string::npos) << r.err;  // told once
+  EXPECT_NE(r.err.find("passed on         pool 'small': 2 requests passed to the next allocator"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(", 2 by the next allocator"), std::string::npos) << r.err;
+}
+
 }  // namespace

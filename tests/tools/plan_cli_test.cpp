@@ -121,16 +121,20 @@ TEST_F(PlanCli, LongAliasChainsAreShortened) {
 
 TEST_F(PlanCli, ModelsSharingADevice) {
   const std::string both = model("tiny.onnx") + " " + model("resnet50.onnx");
-  CliRun r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB");
+  CliRun r =
+      tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("fit            yes"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("config         tiny: pools:[tiny:1],default_pool:tiny"), std::string::npos)
+  // tiny's 105 KiB take one 2 MiB segment of the caching pool that serves it.
+  EXPECT_NE(r.out.find("config         tiny: pools:[tiny:2],default_pool:tiny"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("config         resnet50: pools:[resnet50:"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("every model: pools:[tiny:1,resnet50:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("every model: pools:[tiny:2,resnet50:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("overhead       64.00 MiB: --overhead 64MiB"), std::string::npos) << r.out;
 
   fs::path json = dir_ / "share.json";
-  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --json " +
+  r = tool("plan " + both +
+           " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB --json " +
            json.string());
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(json);
@@ -142,10 +146,19 @@ TEST_F(PlanCli, ModelsSharingADevice) {
               m["weights_bytes"].get<std::size_t>() + m["ideal_arena_bytes"].get<std::size_t>());
     EXPECT_EQ(m["need_eager_bytes"].get<std::size_t>(),
               m["weights_bytes"].get<std::size_t>() + m["eager_peak_bytes"].get<std::size_t>());
+    EXPECT_EQ(m["quota_bytes"].get<std::size_t>(), m["need_bytes"].get<std::size_t>());
+    EXPECT_GE(m["need_bytes"].get<std::size_t>(), m["need_ideal_bytes"].get<std::size_t>());
     quotas += m["quota_bytes"].get<std::size_t>();
   }
   EXPECT_EQ(j["total_quota_bytes"].get<std::size_t>(), quotas);
-  EXPECT_EQ(j["headroom_bytes"].get<long long>(), (1ll << 30) - static_cast<long long>(quotas));
+  EXPECT_EQ(j["overhead_bytes"].get<std::size_t>(), 64u << 20);
+  EXPECT_EQ(j["headroom_bytes"].get<long long>(),
+            (1ll << 30) - static_cast<long long>(quotas) - (64ll << 20));
+
+  // The default overhead of a CUDA device (1 GiB) does not fit a 1 GiB device beside them.
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("overhead       1.00 GiB: default for cuda"), std::string::npos) << r.out;
 
   // Too small a device: exit 1, the shortfall said.
   r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 50MiB");
@@ -156,7 +169,7 @@ TEST_F(PlanCli, ModelsSharingADevice) {
   CliRun keys = tool("config --keys");
   if (keys.out.find("`pools`") == std::string::npos)
     GTEST_SKIP() << "this build's configuration has no pools key yet (docs/config.md)";
-  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --json " +
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 2GiB --json " +
            json.string());
   std::ifstream in2(json);
   auto j2 = nlohmann::json::parse(in2);
@@ -166,6 +179,57 @@ TEST_F(PlanCli, ModelsSharingADevice) {
     CliRun c = tool("config '" + s + "'");
     EXPECT_EQ(c.code, 0) << s << "\n" << c.err;
   }
+}
+
+TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObject) {
+  fs::path json = dir_ / "fit.json";
+  CliRun r = tool("plan " + model("resnet50.onnx") +
+                  " --fit batch --device-memory 2GiB --runtime eager --solver greedy-size --json " +
+                  json.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::ifstream in(json);
+  auto j = nlohmann::json::parse(in);
+  const auto& f = j["fit"];
+  EXPECT_EQ(f["dim"], "batch");
+  EXPECT_EQ(f["limit"], "memory");
+  const long value = f["value"].get<long>();
+  EXPECT_GT(value, 1);
+  EXPECT_LE(f["need_bytes"].get<std::size_t>(), std::size_t{2} << 30);
+  EXPECT_GT(f["next_need_bytes"].get<std::size_t>(), std::size_t{2} << 30);
+  EXPECT_EQ(j["total_bytes"], f["need_bytes"]);
+  EXPECT_NE(r.out.find("fit            batch=" + std::to_string(value) + ":"), std::string::npos)
+      << r.out;
+  // The value printed plans to a fit and the next one does not, each on its own.
+  CliRun at = tool("plan " + model("resnet50.onnx") + " --dim batch=" + std::to_string(value) +
+                   " --device-memory 2GiB --runtime eager --solver greedy-size");
+  EXPECT_EQ(at.code, 0) << at.out;
+  CliRun next =
+      tool("plan " + model("resnet50.onnx") + " --dim batch=" + std::to_string(value + 1) +
+           " --device-memory 2GiB --runtime eager --solver greedy-size");
+  EXPECT_EQ(next.code, 1) << next.out;
+
+  // A sequence stops at the position table; each model alone with --fit-each.
+  r = tool("plan " + model("bert_base.onnx") + " --fit seq --dim batch=1 --device-memory 64GiB " +
+           "--solver greedy-size");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("fit            seq=512:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("limit          model: table 'embeddings.position.weight' has 512 rows"),
+            std::string::npos)
+      << r.out;
+  r = tool(
+      "plan " + model("resnet50.onnx") + " " + model("bert_base.onnx") +
+      " --fit batch --fit-each --dim seq=128 --device-memory 4GiB --solver greedy-size --json " +
+      json.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::ifstream in2(json);
+  auto each = nlohmann::json::parse(in2)["fit_each"];
+  ASSERT_EQ(each.size(), 2u);
+  for (const auto& e : each) EXPECT_GT(e["fit"]["value"].get<long>(), 1) << e.dump();
+
+  // Not even 1 fits: exit 1, the need at 1 said.
+  r = tool("plan " + model("resnet50.onnx") + " --fit batch --device-memory 64MiB");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("no value of batch fits"), std::string::npos) << r.out;
 }
 
 TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
@@ -191,6 +255,14 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   expect_rejected("plan " + tiny + " --device-memory 1GiB --html x.html", "--html");
   expect_rejected("plan " + tiny + " --device-memory 1GiB --dim nope=3", "--dim nope");
   expect_rejected("plan " + model("tiny.onnx"), "'n' is not bound");
+  expect_rejected("plan " + tiny + " --strategy system", "--strategy system");
+  expect_rejected("plan " + tiny + " --strategy strategy:caching,pools:[a:1]", "--strategy");
+  expect_rejected("plan " + tiny + " --overhead lots", "--overhead 'lots'");
+  expect_rejected("plan " + tiny + " --overhead 5%", "needs --device-memory");
+  expect_rejected("plan " + model("tiny.onnx") + " --fit n", "--fit needs --device-memory");
+  expect_rejected("plan " + tiny + " --fit n --device-memory 1GiB", "--fit n and --dim n");
+  expect_rejected("plan " + model("bert_base.onnx") + " --dim batch=1 --dim seq=4096",
+                  "table 'embeddings.position.weight'");
   // `config` builds the stack before it prints: a rejected string prints nothing but its error.
   expect_rejected("config strategy:static", "needs its size: static_pool_mb");
   // Range errors say what the value must be, in words (no 300-digit bound).

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,7 @@ struct Tensor {
   std::vector<std::int64_t> shape;  ///< static dims, all >= 0
   std::size_t bytes = 0;            ///< element_size x product(shape), overflow-checked
   bool graph_output = false;
+  std::optional<std::int64_t> max_value;  ///< a folded integer constant's largest value
   int producer = -1;           ///< index into Graph::nodes, -1 for inputs, weights, constants
   std::vector<int> consumers;  ///< node indices, one entry per use, ascending
 };

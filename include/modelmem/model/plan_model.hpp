@@ -11,8 +11,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/model/buckets.hpp"
 #include "modelmem/model/family.hpp"
 #include "modelmem/model/graph.hpp"
@@ -55,6 +57,31 @@ struct PlanOptions {
   std::string lengths_path;            ///< request lengths file (needs buckets)
   std::optional<double> safety;        ///< pool = (weights + arena) x safety
   double time_limit = 10;              ///< seconds for the searching solvers
+  /// Plan dims past the model's limits (table_limits) instead of refusing them.
+  bool ignore_model_limits = false;
+};
+
+/// A table that a Gather indexes by positions the model computes itself (a position embedding:
+/// Range -> Unsqueeze -> Gather, folded once the dims are bound): its rows bound the sequence the
+/// model can take. Tables indexed by the caller's input (token ids) are not limits.
+struct TableLimit {
+  std::string table;  ///< the weight's name
+  std::size_t rows = 0;
+  std::string node;                ///< the Gather
+  std::int64_t largest_index = 0;  ///< the largest position at the bound dims
+  bool exceeded() const { return largest_index >= static_cast<std::int64_t>(rows); }
+};
+std::vector<TableLimit> table_limits(const Graph& graph);
+
+/// plan_model's error for dims past a table's rows (InvalidInput, naming the table).
+class ModelLimitExceeded : public InvalidInput {
+ public:
+  ModelLimitExceeded(TableLimit limit, const std::string& message)
+      : InvalidInput(message), limit_(std::move(limit)) {}
+  const TableLimit& limit() const noexcept { return limit_; }
+
+ private:
+  TableLimit limit_;
 };
 
 /// Rejects contradictory or out-of-range options with InvalidInput (nothing is loaded).

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/plan_model.hpp"
@@ -23,16 +25,13 @@ struct TextOptions {
 std::string render_text(const ModelPlan& plan, const TextOptions& options = {});
 /// The plan file (docs/plan-format.md, the `plan:` key reads it) of the chosen plan, as
 /// plan_json() writes it, plus runtime, dtype, ideal_arena_bytes and eager_peak_bytes. The text
-/// is what `modelmem plan --json` writes.
-std::string render_json_text(const ModelPlan& plan);
+/// is the plan file; `extra` adds members (name, JSON text) after those, as the sizing layer's
+/// need (`modelmem plan --json` writes sizing::render_json_text).
+std::string render_json_text(const ModelPlan& plan,
+                             const std::vector<std::pair<std::string, std::string>>& extra = {});
 nlohmann::json render_json(const ModelPlan& plan);
 /// plan_html() of the chosen plan, titled "modelmem plan: MODEL".
 std::string render_html(const ModelPlan& plan);
-
-/// `modelmem plan A B ... --device-memory SIZE`: a table of each model's need, the fit and the
-/// headroom, and each model's configuration string.
-std::string render_text(const DevicePlan& plan);
-nlohmann::json render_json(const DevicePlan& plan);
 
 /// The plan file of one solved graph (docs/plan-format.md: format, version, source, solver,
 /// arena_bytes, weights_bytes, total_bytes, lower_bound_bytes, proven_optimal, capacity_bytes,

@@ -1,0 +1,54 @@
+// `modelmem plan --fit DIM`: the largest value of a dim (batch, seq, ...) whose need fits a
+// device, for one model or several sharing it. Each probe is an exact plan at that value and the
+// need on the strategy (modelmem/sizing/plan_need.hpp): the quotas plus the overhead. The search
+// doubles the value until it no longer fits, then bisects, so the value found fits and the next
+// one does not (both were planned), or the model stops it first: a table indexed by positions
+// with fewer rows (model::table_limits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "modelmem/model/plan_model.hpp"
+#include "modelmem/sizing/plan_need.hpp"
+
+namespace modelmem::sizing {
+
+struct FitRequest {
+  std::vector<std::string> models;
+  model::PlanOptions options;  ///< the other dims and flags; `dim` must not be among options.dims
+  SizingOptions sizing;
+  std::size_t device_memory = 0;
+  std::string dim;
+  std::int64_t max_value = std::int64_t{1} << 24;  ///< the search stops here
+};
+
+struct FitResult {
+  std::string dim;
+  std::string model;                ///< "" = every model together
+  std::int64_t value = 0;           ///< the largest value that fits; 0 when 1 does not fit
+  std::size_t need_bytes = 0;       ///< total at value (quotas + overhead); 0 when value is 0
+  std::size_t next_need_bytes = 0;  ///< total at value + 1; 0 when the model stops it
+  /// What stops it: "memory", "model: table 'T' has N rows (NODE)", or "search: ..." at
+  /// max_value.
+  std::string limit;
+  std::size_t probes = 0;
+  double seconds = 0;
+  /// The device plan at `value` (quotas and configuration strings); empty plans when value is 0.
+  DeviceNeed at_value;
+  bool found() const { return value > 0; }
+};
+
+/// The largest value of request.dim every model takes together. Throws InvalidInput for a bad
+/// request (no --device-memory, the dim also in options.dims, a model without the dim).
+FitResult fit(const FitRequest& request);
+/// Each model's largest value alone on the device (`--fit-each`).
+std::vector<FitResult> fit_each(const FitRequest& request);
+
+std::string render_text(const FitResult& result);
+nlohmann::json fit_json(const FitResult& result);  ///< the "fit" object of `plan --json`
+
+}  // namespace modelmem::sizing

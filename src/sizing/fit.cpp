@@ -1,0 +1,177 @@
+// `plan --fit DIM` (modelmem/sizing/fit.hpp): doubling, then bisection, over exact plans.
+#include "modelmem/sizing/fit.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iterator>
+#include <optional>
+
+#include "modelmem/core/bytes.hpp"
+#include "modelmem/core/error.hpp"
+#include "modelmem/model/render.hpp"
+
+namespace modelmem::sizing {
+
+namespace {
+
+struct Probe {
+  bool fits = false;
+  std::size_t total = 0;
+  std::optional<model::TableLimit> limit;  ///< the model stopped this value
+  DeviceNeed plan;
+};
+
+Probe probe(const FitRequest& r, std::int64_t value) {
+  model::PlanOptions o = r.options;
+  o.dims[r.dim] = value;
+  Probe p;
+  try {
+    p.plan = plan_device(r.models, o, r.device_memory, r.sizing);
+  } catch (const model::ModelLimitExceeded& e) {
+    p.limit = e.limit();
+    return p;
+  }
+  p.fits = p.plan.fits();
+  p.total = p.plan.total;
+  return p;
+}
+
+std::string limit_text(const model::TableLimit& l) {
+  return fmt::format("model: table '{}' has {} rows ({})", l.table, l.rows, l.node);
+}
+
+void check(const FitRequest& r) {
+  if (r.models.empty()) throw InvalidInput("no model given");
+  if (r.device_memory == 0) throw InvalidInput("--fit needs --device-memory SIZE");
+  if (r.dim.empty()) throw InvalidInput("--fit needs a dim name (batch, seq, ...)");
+  if (r.options.dims.count(r.dim))
+    throw InvalidInput(fmt::format("--fit {} and --dim {} name the same dim", r.dim, r.dim));
+  if (r.options.buckets) throw InvalidInput("--fit does not go with --buckets");
+  if (r.max_value < 1) throw InvalidInput("--fit: the largest value searched must be >= 1");
+  model::validate(r.options);
+  validate(r.sizing, r.device_memory);
+}
+
+}  // namespace
+
+FitResult fit(const FitRequest& r) {
+  check(r);
+  const auto t0 = std::chrono::steady_clock::now();
+  FitResult out;
+  out.dim = r.dim;
+  if (r.models.size() == 1) out.model = r.models.front();
+  Probe lo_probe = probe(r, 1);
+  out.probes = 1;
+  auto finish = [&](const Probe& at, const Probe* next) {
+    out.need_bytes = at.fits ? at.total : 0;
+    if (at.fits) out.at_value = at.plan;
+    if (next != nullptr) {
+      out.next_need_bytes = next->total;
+      out.limit = next->limit ? limit_text(*next->limit) : "memory";
+    }
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  };
+  if (!lo_probe.fits) {
+    out.value = 0;
+    return finish(lo_probe, &lo_probe);
+  }
+  std::int64_t lo = 1, hi = 0;
+  Probe hi_probe;
+  while (hi == 0) {
+    if (lo >= r.max_value) {
+      out.value = lo;
+      out.limit = fmt::format("search: stopped at {}={}", r.dim, r.max_value);
+      return finish(lo_probe, nullptr);
+    }
+    const std::int64_t v = std::min(lo * 2, r.max_value);
+    Probe p = probe(r, v);
+    ++out.probes;
+    if (p.fits) {
+      lo = v;
+      lo_probe = std::move(p);
+    } else {
+      hi = v;
+      hi_probe = std::move(p);
+    }
+  }
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    Probe p = probe(r, mid);
+    ++out.probes;
+    if (p.fits) {
+      lo = mid;
+      lo_probe = std::move(p);
+    } else {
+      hi = mid;
+      hi_probe = std::move(p);
+    }
+  }
+  out.value = lo;
+  return finish(lo_probe, &hi_probe);
+}
+
+std::vector<FitResult> fit_each(const FitRequest& r) {
+  check(r);
+  std::vector<FitResult> out;
+  for (const auto& m : r.models) {
+    FitRequest one = r;
+    one.models = {m};
+    // Alone, a model takes the dims it has: the others' are left out.
+    model::PlanOptions names = r.options;
+    names.ignore_unknown_dims = true;
+    names.solver = "greedy-size";
+    names.dims[r.dim] = 1;
+    const auto bound = model::plan_model(m, names).graph.dims;
+    for (auto it = one.options.dims.begin(); it != one.options.dims.end();)
+      it = bound.count(it->first) ? std::next(it) : one.options.dims.erase(it);
+    out.push_back(fit(one));
+  }
+  return out;
+}
+
+std::string render_text(const FitResult& f) {
+  std::string out;
+  auto line = [&](const std::string& text) { out += text + "\n"; };
+  const std::string who = f.model.empty() ? "every model together" : f.model;
+  const std::string strategy =
+      f.at_value.needs.empty() ? "" : " on " + f.at_value.needs.front().strategy;
+  if (f.found()) {
+    line(fmt::format("fit            {}={}: the largest that fits {} ({}{})", f.dim, f.value,
+                     format_bytes(f.at_value.plan.device_memory), who, strategy));
+    line(fmt::format("  {}={:<10} need {} (the quotas and the overhead): fits", f.dim, f.value,
+                     model::bytes_text(f.need_bytes)));
+  } else {
+    line(fmt::format("fit            no value of {} fits ({})", f.dim, who));
+  }
+  if (f.limit.rfind("model:", 0) == 0)
+    line(fmt::format("  {}={:<10} refused by the model", f.dim, f.value + 1));
+  else if (f.limit == "memory")
+    line(fmt::format("  {}={:<10} need {}: does not fit", f.dim, f.value + 1,
+                     model::bytes_text(f.next_need_bytes)));
+  line(fmt::format("limit          {}", f.limit));
+  line(fmt::format("probes         {} plans in {:.2f} s", f.probes, f.seconds));
+  if (f.found()) {
+    const model::DevicePlan& dp = f.at_value.plan;
+    for (std::size_t i = 0; i < dp.models.size(); ++i)
+      line(fmt::format("config         {}: {}", dp.models[i].pool, dp.config_string(i)));
+    line(fmt::format("config         one process{}: {}",
+                     dp.models.size() > 1 ? ", every model" : "", dp.config_string_all()));
+  }
+  return out;
+}
+
+nlohmann::json fit_json(const FitResult& f) {
+  nlohmann::json j = {{"dim", f.dim},
+                      {"value", f.value},
+                      {"need_bytes", f.need_bytes},
+                      {"next_need_bytes", f.next_need_bytes},
+                      {"limit", f.limit},
+                      {"probes", f.probes},
+                      {"seconds", f.seconds}};
+  if (!f.model.empty()) j["model"] = f.model;
+  return j;
+}
+
+}  // namespace modelmem::sizing

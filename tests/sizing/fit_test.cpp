@@ -1,0 +1,127 @@
+// `plan --fit DIM`: on every bundled model the value found fits and the next one does not, each
+// checked by an independent plan at that value; a position table bounds a sequence dim.
+#include "modelmem/sizing/fit.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "modelmem/core/error.hpp"
+
+namespace modelmem::sizing {
+namespace {
+
+const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+FitRequest request(const std::string& file, const std::string& dim, std::size_t device) {
+  FitRequest r;
+  r.models = {kModels + file};
+  r.options.solver = "greedy-size";
+  r.options.runtime = model::Runtime::kEager;
+  r.sizing.device_kind = DeviceKind::kHost;
+  r.device_memory = device;
+  r.dim = dim;
+  return r;
+}
+
+DeviceNeed plan_at(const FitRequest& r, std::int64_t value) {
+  model::PlanOptions o = r.options;
+  o.dims[r.dim] = value;
+  return plan_device(r.models, o, r.device_memory, r.sizing);
+}
+
+TEST(Fit, TheValueFoundFitsAndTheNextDoesNotOnEveryBundledModel) {
+  struct Case {
+    std::string file, dim;
+    std::size_t device;
+    std::map<std::string, std::int64_t> dims;
+  };
+  for (const Case& c :
+       {Case{"tiny.onnx", "n", 64 * kMiB, {}}, Case{"resnet50.onnx", "batch", 2048 * kMiB, {}},
+        Case{"bert_base.onnx", "batch", 3072 * kMiB, {{"seq", 128}}}}) {
+    SCOPED_TRACE(c.file);
+    FitRequest r = request(c.file, c.dim, c.device);
+    r.options.dims = c.dims;
+    FitResult f = fit(r);
+    ASSERT_TRUE(f.found());
+    EXPECT_EQ(f.limit, "memory");
+    EXPECT_LE(f.need_bytes, c.device);
+    EXPECT_GT(f.next_need_bytes, c.device);
+    DeviceNeed at = plan_at(r, f.value);
+    EXPECT_TRUE(at.fits());
+    EXPECT_EQ(at.total, f.need_bytes);
+    DeviceNeed next = plan_at(r, f.value + 1);
+    EXPECT_FALSE(next.fits());
+    EXPECT_EQ(next.total, f.next_need_bytes);
+    // The pool string at the value holds the need.
+    EXPECT_EQ(at.plan.models[0].quota, at.needs[0].need);
+  }
+}
+
+TEST(Fit, APositionTableBoundsTheSequence) {
+  FitRequest r = request("bert_base.onnx", "seq", std::size_t{64} << 30);
+  r.options.dims["batch"] = 1;
+  FitResult f = fit(r);
+  EXPECT_EQ(f.value, 512);
+  EXPECT_EQ(f.limit,
+            "model: table 'embeddings.position.weight' has 512 rows (/embeddings/position/Gather)");
+  EXPECT_EQ(f.next_need_bytes, 0u);
+}
+
+TEST(Fit, PlanningPastATableIsAnErrorNamingItUnlessLimitsAreIgnored) {
+  model::PlanOptions o;
+  o.solver = "greedy-size";
+  o.dims = {{"batch", 1}, {"seq", 4096}};
+  try {
+    model::plan_model(kModels + "bert_base.onnx", o);
+    ADD_FAILURE() << "planned past the position table";
+  } catch (const model::ModelLimitExceeded& e) {
+    EXPECT_NE(std::string(e.what()).find("table 'embeddings.position.weight'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("512 rows"), std::string::npos) << e.what();
+    EXPECT_EQ(e.limit().rows, 512u);
+  }
+  o.ignore_model_limits = true;
+  EXPECT_NO_THROW(model::plan_model(kModels + "bert_base.onnx", o));
+  o.ignore_model_limits = false;
+  o.dims["seq"] = 512;
+  EXPECT_NO_THROW(model::plan_model(kModels + "bert_base.onnx", o));
+  // The token table is indexed by the caller's ids: no limit.
+  auto limits = model::table_limits(model::plan_model(kModels + "bert_base.onnx", o).graph);
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[0].largest_index, 511);
+}
+
+TEST(Fit, NothingFitsATinyDeviceAndSeveralModelsShareTheValue) {
+  FitRequest r = request("resnet50.onnx", "batch", 8 * kMiB);
+  FitResult f = fit(r);
+  EXPECT_FALSE(f.found());
+  EXPECT_GT(f.next_need_bytes, 8 * kMiB);
+  EXPECT_EQ(f.limit, "memory");
+
+  FitRequest both = request("resnet50.onnx", "batch", 3072 * kMiB);
+  both.models.push_back(kModels + "bert_base.onnx");
+  both.options.dims["seq"] = 128;
+  FitResult together = fit(both);
+  std::vector<FitResult> each = fit_each(both);
+  ASSERT_EQ(each.size(), 2u);
+  EXPECT_TRUE(together.found());
+  EXPECT_LE(together.value, each[0].value);
+  EXPECT_LE(together.value, each[1].value);
+  EXPECT_EQ(together.at_value.plan.models.size(), 2u);
+}
+
+TEST(Fit, BadRequestsAreRefused) {
+  FitRequest r = request("resnet50.onnx", "batch", 0);
+  EXPECT_THROW(fit(r), InvalidInput);
+  r.device_memory = kMiB;
+  r.options.dims["batch"] = 2;
+  EXPECT_THROW(fit(r), InvalidInput);
+  r.options.dims.clear();
+  r.dim = "nope";
+  EXPECT_THROW(fit(r), InvalidInput);
+}
+
+}  // namespace
+}  // namespace modelmem::sizing

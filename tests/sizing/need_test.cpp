@@ -1,0 +1,105 @@
+// The need on a strategy: the model's allocation sequence replayed through the stack the factory
+// builds for one pool. The need serves the sequence and one MiB less does not, on every
+// strategy; the sequence holds exactly the weights and the runtime's live peak.
+#include "modelmem/sizing/need.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "modelmem/core/error.hpp"
+
+namespace modelmem::sizing {
+namespace {
+
+const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+model::ModelPlan plan_of(const std::string& file, model::Runtime runtime, std::int64_t batch) {
+  model::PlanOptions o;
+  o.runtime = runtime;
+  o.solver = "greedy-size";
+  o.dims["batch"] = batch;
+  return model::plan_model(kModels + file, o);
+}
+
+TEST(Need, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {
+  model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 2);
+  trace::Trace seq = allocation_sequence(mp, 3);
+  trace::Blocks blocks = trace::match_blocks(seq);
+  EXPECT_EQ(blocks.unknown_frees, 0u);
+  EXPECT_EQ(trace::peak_live_bytes(seq, blocks), mp.weights_bytes + mp.plan.lower_bound);
+  // The weights and the input once, every other buffer once per inference.
+  EXPECT_EQ(blocks.blocks.size(), mp.plan.lifetimes.weights_count + 1 +
+                                      3 * (mp.plan.lifetimes.problem.buffers.size() - 1));
+  // Requests the preload leaves to the C library are left out.
+  trace::Trace large = allocation_sequence(mp, 3, true, 64 * 1024);
+  for (const auto& e : large.events)
+    if (e.kind == alloc::EventKind::kAlloc) EXPECT_GE(e.size, 64u * 1024);
+  EXPECT_LT(large.events.size(), seq.events.size());
+}
+
+TEST(Need, TheNeedServesTheSequenceAndOneMiBLessDoesNotOnEveryStrategy) {
+  model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 4);
+  for (std::string strategy : {"caching", "static", "planned", "expandable",
+                               "strategy:caching,roundup_power2_divisions:4"}) {
+    NeedOptions o;
+    o.strategy = strategy;
+    Need n = need_on_strategy(mp, o);
+    SCOPED_TRACE(strategy);
+    EXPECT_EQ(n.need, n.need_mib * kMiB);
+    EXPECT_GE(n.need, n.peak_live);
+    EXPECT_EQ(n.peak_live, n.eager);
+    const trace::Trace seq = allocation_sequence(mp, 3);
+    EXPECT_TRUE(serves(seq, n.strategy, n.replay_mib));
+    EXPECT_FALSE(serves(seq, n.strategy, n.replay_mib - 1));
+    EXPECT_EQ(n.need_mib, n.replay_mib + n.order_slack / kMiB);
+    EXPECT_EQ(n.order_slack, strategy == "static" ? 0 : 20 * kMiB);
+    EXPECT_EQ(n.total, n.need + n.overhead.bytes);
+  }
+}
+
+TEST(Need, TheCachingPoolReservesMoreThanTheLiveBytes) {
+  // 2 MiB / 20 MiB segments and block rounding: the need is above the eager figure.
+  model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 8);
+  Need n = need_on_strategy(mp, {});
+  EXPECT_EQ(n.strategy, "strategy:caching");
+  EXPECT_GT(n.need, n.eager);
+  EXPECT_LE(n.need, 2 * n.eager);
+  EXPECT_GE(n.peak_reserved, n.peak_live);
+}
+
+TEST(Need, TheStrategyIsAPoolsStrategyOrAClearError) {
+  EXPECT_EQ(strategy_config(""), "strategy:caching");
+  EXPECT_EQ(strategy_config("static"), "strategy:static");
+  EXPECT_EQ(strategy_config("expandable"), "strategy:caching,expandable_segments:True");
+  for (const char* bad : {"system", "bogus", "strategy:caching,pools:[a:1]",
+                          "strategy:caching,device:limited", "strategy:nope"}) {
+    try {
+      strategy_config(bad);
+      ADD_FAILURE() << bad;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("--strategy"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Need, TheOverheadIsStatedNeverSilent) {
+  for (auto kind : {DeviceKind::kCuda, DeviceKind::kNpu, DeviceKind::kHost})
+    EXPECT_FALSE(default_overhead(kind).source.empty());
+  EXPECT_EQ(default_overhead(DeviceKind::kCuda).bytes, std::size_t{1} << 30);
+  EXPECT_EQ(default_overhead(DeviceKind::kHost).bytes, 0u);
+  EXPECT_EQ(parse_overhead("512MiB", DeviceKind::kCuda).bytes, 512 * kMiB);
+  EXPECT_EQ(parse_overhead("0", DeviceKind::kCuda).bytes, 0u);
+  EXPECT_EQ(parse_overhead("5%", DeviceKind::kCuda, 100 * kMiB).bytes, 5 * kMiB);
+  EXPECT_EQ(parse_overhead("0.25", DeviceKind::kCuda, 100 * kMiB).bytes, 25 * kMiB);
+  EXPECT_EQ(parse_overhead("", DeviceKind::kHost).source,
+            default_overhead(DeviceKind::kHost).source);
+  EXPECT_THROW(parse_overhead("5%", DeviceKind::kCuda), InvalidInput);
+  EXPECT_THROW(parse_overhead("1.5", DeviceKind::kCuda, kMiB), InvalidInput);
+  EXPECT_THROW(parse_overhead("lots", DeviceKind::kCuda), InvalidInput);
+  EXPECT_THROW(parse_device_kind("tpu"), InvalidInput);
+}
+
+}  // namespace
+}  // namespace modelmem::sizing
