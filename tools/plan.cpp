@@ -142,7 +142,7 @@ int run_plan(const PlanArgs& args) {
   sizing::SizingOptions sizing;
   sizing.strategy = args.strategy;
   sizing.overhead = args.overhead;
-  sizing.device_kind = sizing::parse_device_kind(args.device_kind);
+  sizing.backend = sizing::parse_backend(args.device_kind);
   const std::size_t device =
       args.device_memory.empty() ? 0 : model::parse_size(args.device_memory, "--device-memory");
   sizing::validate(sizing, device);

@@ -4,7 +4,9 @@
 # measure its activation peak from the trace (bench/model/eager_trace.py) and compare it with
 # the eager peak `modelmem plan --runtime eager` prints. Needs Debian's python3-torch,
 # python3-torchvision and python3-onnx.
-# Usage: bench/model/eager_validation.sh [BUILD_DIR] [WORK_DIR] [MODEL...]
+# Usage: [SIZE=224] bench/model/eager_validation.sh [BUILD_DIR] [WORK_DIR] [MODEL...]
+# SIZE is the input's height and width. A model that does not export (or run) at SIZE gets a
+# row saying so instead of failing the run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}")
@@ -13,6 +15,7 @@ shift $(( $# > 2 ? 2 : $# ))
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(resnet50 mobilenet_v2 densenet121 resnet18)
 tool=$build/modelmem
+size=${SIZE:-224}
 script=$PWD/bench/model/eager_trace.py
 mkdir -p "$work"
 date -u
@@ -21,11 +24,12 @@ echo "| model | batch | plan eager peak | PyTorch eager peak (trace) | plan / tr
 echo "|---|---|---|---|---|---|"
 worst=0
 for m in "${models[@]}"; do
-  [ -f "$work/$m.onnx" ] || /usr/bin/python3 "$script" export "$m" "$work/$m.onnx" >/dev/null 2>&1
+  [ -f "$work/$m.onnx" ] || /usr/bin/python3 "$script" export "$m" "$work/$m.onnx" "$size" >/dev/null 2>&1 ||
+    { echo "| $m | - | does not export at ${size}x${size} | | | |"; continue; }
   for b in 1 8; do
     "$tool" run --conf strategy:caching,preload_threshold_kb:1 --trace "$work/$m.b$b.csv" -- \
-      /usr/bin/python3 "$script" infer "$m" "$b"
-    measured=$(/usr/bin/python3 "$script" measure "$work/$m.b$b.csv" "$b")
+      /usr/bin/python3 "$script" infer "$m" "$b" "$size"
+    measured=$(/usr/bin/python3 "$script" measure "$work/$m.b$b.csv" "$b" "$size")
     "$tool" plan "$work/$m.onnx" --dim batch=$b --runtime eager --json "$work/$m.b$b.json" >/dev/null
     read -r eager ideal < <(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['eager_peak_bytes'], j['ideal_arena_bytes'])" "$work/$m.b$b.json")
     ratio=$(/usr/bin/python3 -c "print(f'{$eager / $measured:.4f}')")

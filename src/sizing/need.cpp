@@ -107,34 +107,34 @@ bool is_fraction(const std::string& text) {
 
 }  // namespace
 
-std::string device_kind_name(DeviceKind kind) {
+std::string backend_name(Backend kind) {
   switch (kind) {
-    case DeviceKind::kCuda:
+    case Backend::kCuda:
       return "cuda";
-    case DeviceKind::kNpu:
+    case Backend::kNpu:
       return "npu";
-    case DeviceKind::kHost:
+    case Backend::kHost:
       return "host";
   }
   return "?";
 }
 
-DeviceKind parse_device_kind(const std::string& text) {
-  if (text == "cuda") return DeviceKind::kCuda;
-  if (text == "npu") return DeviceKind::kNpu;
-  if (text == "host") return DeviceKind::kHost;
+Backend parse_backend(const std::string& text) {
+  if (text == "cuda") return Backend::kCuda;
+  if (text == "npu") return Backend::kNpu;
+  if (text == "host") return Backend::kHost;
   throw InvalidInput(fmt::format("--device-kind {}: expected cuda, npu or host", text));
 }
 
-Overhead default_overhead(DeviceKind kind) {
+Overhead default_overhead(Backend kind) {
   switch (kind) {
-    case DeviceKind::kCuda:
+    case Backend::kCuda:
       return {kGiB,
               "default for cuda: the CUDA context (700-800 MiB reported by PyTorch users) and "
               "cuBLAS workspaces, not measured here; give --overhead"};
-    case DeviceKind::kNpu:
+    case Backend::kNpu:
       return {kGiB, "default for npu: the cuda default, not measured on an NPU; give --overhead"};
-    case DeviceKind::kHost:
+    case Backend::kHost:
       return {0,
               "default for host: the process's own memory is outside the pools and the "
               "device:limited budget"};
@@ -142,7 +142,7 @@ Overhead default_overhead(DeviceKind kind) {
   return {0, ""};
 }
 
-Overhead parse_overhead(const std::string& text, DeviceKind kind, std::size_t device_memory) {
+Overhead parse_overhead(const std::string& text, Backend kind, std::size_t device_memory) {
   if (text.empty()) return default_overhead(kind);
   if (is_fraction(text)) {
     const bool percent = text.back() == '%';
@@ -267,8 +267,8 @@ bool serves(const trace::Trace& sequence, const std::string& config_text, std::s
   return r.ooms == 0;
 }
 
-Need need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options) {
-  Need n;
+PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options) {
+  PoolNeed n;
   n.strategy = strategy_config(options.strategy);
   n.runtime = model::runtime_name(plan.options.runtime);
   n.weights = plan.weights_bytes;

@@ -19,10 +19,10 @@ NeedOptions need_options(const SizingOptions& sizing, std::size_t device_memory)
   NeedOptions o;
   o.strategy = sizing.strategy;
   o.inferences = sizing.inferences;
-  o.overhead = parse_overhead(sizing.overhead, sizing.device_kind, device_memory);
+  o.overhead = parse_overhead(sizing.overhead, sizing.backend, device_memory);
   // PyTorch on the host reaches the pools through the LD_PRELOAD library, which leaves requests
   // below preload_threshold_kb (64 KiB unless the strategy string says) to the C library.
-  if (sizing.device_kind == DeviceKind::kHost) {
+  if (sizing.backend == Backend::kHost) {
     o.min_request = 64 * 1024;
     const std::string given = strategy_config(sizing.strategy);
     const std::size_t at = given.find("preload_threshold_kb:");
@@ -41,11 +41,12 @@ double percent(long long part, std::size_t whole) {
 
 void validate(const SizingOptions& sizing, std::size_t device_memory) {
   strategy_config(sizing.strategy);
-  parse_overhead(sizing.overhead, sizing.device_kind, device_memory);
+  parse_overhead(sizing.overhead, sizing.backend, device_memory);
   if (sizing.inferences == 0) throw InvalidInput("inferences: at least one");
 }
 
-Need need_of(const model::ModelPlan& plan, const SizingOptions& sizing, std::size_t device_memory) {
+PoolNeed need_of(const model::ModelPlan& plan, const SizingOptions& sizing,
+                 std::size_t device_memory) {
   return need_on_strategy(plan, need_options(sizing, device_memory));
 }
 
@@ -59,7 +60,7 @@ ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
 }
 
 std::string render_text(const ModelNeed& mn, const model::TextOptions& options) {
-  const Need& n = mn.need;
+  const PoolNeed& n = mn.need;
   std::string out = model::render_text(mn.plan, options);
   out += fmt::format(
       "need           {} on {}: the {} allocation sequence (weights and {} inferences, {} "
@@ -83,7 +84,7 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options) 
   return out;
 }
 
-nlohmann::json need_json(const Need& n) {
+nlohmann::json need_json(const PoolNeed& n) {
   return {{"strategy", n.strategy},
           {"need_bytes", n.need},
           {"need_runtime", n.runtime},
@@ -116,10 +117,10 @@ DeviceNeed plan_device(const std::vector<std::string>& paths, const model::PlanO
   validate(sizing, device_memory);
   DeviceNeed dn;
   dn.plan = model::plan_device(paths, options, device_memory);
-  dn.overhead = parse_overhead(sizing.overhead, sizing.device_kind, device_memory);
+  dn.overhead = parse_overhead(sizing.overhead, sizing.backend, device_memory);
   dn.plan.total_quota = 0;
   for (std::size_t i = 0; i < dn.plan.plans.size(); ++i) {
-    Need n = need_of(dn.plan.plans[i], sizing, device_memory);
+    PoolNeed n = need_of(dn.plan.plans[i], sizing, device_memory);
     std::size_t quota = n.need;
     if (options.safety)
       quota = static_cast<std::size_t>(
@@ -145,7 +146,7 @@ std::string render_text(const DeviceNeed& dn) {
                    "need ideal", "need eager", "need", "quota", "reserved"));
   for (std::size_t i = 0; i < dp.models.size(); ++i) {
     const model::ModelShare& s = dp.models[i];
-    const Need& n = dn.needs[i];
+    const PoolNeed& n = dn.needs[i];
     line(fmt::format("  {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}", s.pool,
                      format_bytes(s.weights), format_bytes(s.ideal), format_bytes(s.eager),
                      format_bytes(n.need), format_bytes(s.quota), format_bytes(n.peak_reserved),

@@ -19,7 +19,7 @@ FitRequest request(const std::string& file, const std::string& dim, std::size_t 
   r.models = {kModels + file};
   r.options.solver = "greedy-size";
   r.options.runtime = model::Runtime::kEager;
-  r.sizing.device_kind = DeviceKind::kHost;
+  r.sizing.backend = Backend::kHost;
   r.device_memory = device;
   r.dim = dim;
   return r;

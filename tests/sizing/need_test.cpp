@@ -23,7 +23,7 @@ model::ModelPlan plan_of(const std::string& file, model::Runtime runtime, std::i
   return model::plan_model(kModels + file, o);
 }
 
-TEST(Need, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {
+TEST(PoolNeed, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {
   model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 2);
   trace::Trace seq = allocation_sequence(mp, 3);
   trace::Blocks blocks = trace::match_blocks(seq);
@@ -39,13 +39,13 @@ TEST(Need, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {
   EXPECT_LT(large.events.size(), seq.events.size());
 }
 
-TEST(Need, TheNeedServesTheSequenceAndOneMiBLessDoesNotOnEveryStrategy) {
+TEST(PoolNeed, TheNeedServesTheSequenceAndOneMiBLessDoesNotOnEveryStrategy) {
   model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 4);
   for (std::string strategy : {"caching", "static", "planned", "expandable",
                                "strategy:caching,roundup_power2_divisions:4"}) {
     NeedOptions o;
     o.strategy = strategy;
-    Need n = need_on_strategy(mp, o);
+    PoolNeed n = need_on_strategy(mp, o);
     SCOPED_TRACE(strategy);
     EXPECT_EQ(n.need, n.need_mib * kMiB);
     EXPECT_GE(n.need, n.peak_live);
@@ -59,17 +59,17 @@ TEST(Need, TheNeedServesTheSequenceAndOneMiBLessDoesNotOnEveryStrategy) {
   }
 }
 
-TEST(Need, TheCachingPoolReservesMoreThanTheLiveBytes) {
+TEST(PoolNeed, TheCachingPoolReservesMoreThanTheLiveBytes) {
   // 2 MiB / 20 MiB segments and block rounding: the need is above the eager figure.
   model::ModelPlan mp = plan_of("resnet50.onnx", model::Runtime::kEager, 8);
-  Need n = need_on_strategy(mp, {});
+  PoolNeed n = need_on_strategy(mp, {});
   EXPECT_EQ(n.strategy, "strategy:caching");
   EXPECT_GT(n.need, n.eager);
   EXPECT_LE(n.need, 2 * n.eager);
   EXPECT_GE(n.peak_reserved, n.peak_live);
 }
 
-TEST(Need, TheStrategyIsAPoolsStrategyOrAClearError) {
+TEST(PoolNeed, TheStrategyIsAPoolsStrategyOrAClearError) {
   EXPECT_EQ(strategy_config(""), "strategy:caching");
   EXPECT_EQ(strategy_config("static"), "strategy:static");
   EXPECT_EQ(strategy_config("expandable"), "strategy:caching,expandable_segments:True");
@@ -84,21 +84,20 @@ TEST(Need, TheStrategyIsAPoolsStrategyOrAClearError) {
   }
 }
 
-TEST(Need, TheOverheadIsStatedNeverSilent) {
-  for (auto kind : {DeviceKind::kCuda, DeviceKind::kNpu, DeviceKind::kHost})
+TEST(PoolNeed, TheOverheadIsStatedNeverSilent) {
+  for (auto kind : {Backend::kCuda, Backend::kNpu, Backend::kHost})
     EXPECT_FALSE(default_overhead(kind).source.empty());
-  EXPECT_EQ(default_overhead(DeviceKind::kCuda).bytes, std::size_t{1} << 30);
-  EXPECT_EQ(default_overhead(DeviceKind::kHost).bytes, 0u);
-  EXPECT_EQ(parse_overhead("512MiB", DeviceKind::kCuda).bytes, 512 * kMiB);
-  EXPECT_EQ(parse_overhead("0", DeviceKind::kCuda).bytes, 0u);
-  EXPECT_EQ(parse_overhead("5%", DeviceKind::kCuda, 100 * kMiB).bytes, 5 * kMiB);
-  EXPECT_EQ(parse_overhead("0.25", DeviceKind::kCuda, 100 * kMiB).bytes, 25 * kMiB);
-  EXPECT_EQ(parse_overhead("", DeviceKind::kHost).source,
-            default_overhead(DeviceKind::kHost).source);
-  EXPECT_THROW(parse_overhead("5%", DeviceKind::kCuda), InvalidInput);
-  EXPECT_THROW(parse_overhead("1.5", DeviceKind::kCuda, kMiB), InvalidInput);
-  EXPECT_THROW(parse_overhead("lots", DeviceKind::kCuda), InvalidInput);
-  EXPECT_THROW(parse_device_kind("tpu"), InvalidInput);
+  EXPECT_EQ(default_overhead(Backend::kCuda).bytes, std::size_t{1} << 30);
+  EXPECT_EQ(default_overhead(Backend::kHost).bytes, 0u);
+  EXPECT_EQ(parse_overhead("512MiB", Backend::kCuda).bytes, 512 * kMiB);
+  EXPECT_EQ(parse_overhead("0", Backend::kCuda).bytes, 0u);
+  EXPECT_EQ(parse_overhead("5%", Backend::kCuda, 100 * kMiB).bytes, 5 * kMiB);
+  EXPECT_EQ(parse_overhead("0.25", Backend::kCuda, 100 * kMiB).bytes, 25 * kMiB);
+  EXPECT_EQ(parse_overhead("", Backend::kHost).source, default_overhead(Backend::kHost).source);
+  EXPECT_THROW(parse_overhead("5%", Backend::kCuda), InvalidInput);
+  EXPECT_THROW(parse_overhead("1.5", Backend::kCuda, kMiB), InvalidInput);
+  EXPECT_THROW(parse_overhead("lots", Backend::kCuda), InvalidInput);
+  EXPECT_THROW(parse_backend("tpu"), InvalidInput);
 }
 
 }  // namespace

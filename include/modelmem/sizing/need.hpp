@@ -23,9 +23,9 @@
 namespace modelmem::sizing {
 
 /// The kind of device a plan is for: what the memory outside the allocator defaults to.
-enum class DeviceKind { kCuda, kNpu, kHost };
-std::string device_kind_name(DeviceKind kind);          ///< "cuda", "npu", "host"
-DeviceKind parse_device_kind(const std::string& text);  ///< throws InvalidInput
+enum class Backend { kCuda, kNpu, kHost };
+std::string backend_name(Backend kind);          ///< "cuda", "npu", "host"
+Backend parse_backend(const std::string& text);  ///< throws InvalidInput
 
 /// Memory on the device outside the allocator: the runtime's context, library handles and their
 /// workspaces. Never silently zero: `source` says where the figure comes from.
@@ -38,12 +38,12 @@ struct Overhead {
 /// allocator"): cuda 1 GiB (the CUDA context PyTorch users report at 700-800 MiB, plus cuBLAS
 /// workspaces), npu 1 GiB (no measurement: the CUDA figure), host 0 (the interpreter and the
 /// libraries are outside a device:limited budget and the pools).
-Overhead default_overhead(DeviceKind kind);
+Overhead default_overhead(Backend kind);
 
 /// `--overhead TEXT`: a size ("512MiB", "1GiB", bytes) or a fraction of the device's memory
 /// ("0.05", "5%"; needs `device_memory`). Empty text: default_overhead(kind). Throws
 /// InvalidInput naming `--overhead`.
-Overhead parse_overhead(const std::string& text, DeviceKind kind, std::size_t device_memory = 0);
+Overhead parse_overhead(const std::string& text, Backend kind, std::size_t device_memory = 0);
 
 /// `--strategy TEXT` as the configuration string of one pool's stack: a strategy name
 /// ("caching", "static", "planned", "expandable" = caching with expandable segments) or a
@@ -61,10 +61,10 @@ struct NeedOptions {
   /// the C library (preload_threshold_kb, 64 KiB by default; sizing for PyTorch on the host).
   /// 0: every request does (a device's allocator: CUDA, NPU).
   std::size_t min_request = 0;
-  Overhead overhead = default_overhead(DeviceKind::kCuda);
+  Overhead overhead = default_overhead(Backend::kCuda);
 };
 
-struct Need {
+struct PoolNeed {
   std::string strategy;  ///< the configuration of the pool's stack (strategy_config)
   std::string runtime;   ///< "static" or "eager": whose allocation sequence was replayed
   std::size_t weights = 0;
@@ -103,6 +103,6 @@ bool serves(const trace::Trace& sequence, const std::string& config, std::size_t
 
 /// The need of `plan` on `options.strategy`. Throws InvalidInput for a bad strategy, Error when
 /// no quota up to 2^44 MiB serves the sequence.
-Need need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options = {});
+PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options = {});
 
 }  // namespace modelmem::sizing

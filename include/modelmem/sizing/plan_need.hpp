@@ -20,7 +20,7 @@ namespace modelmem::sizing {
 struct SizingOptions {
   std::string strategy;  ///< strategy_config() text; "" = what `modelmem run` uses
   std::string overhead;  ///< parse_overhead() text; "" = the device kind's default
-  DeviceKind device_kind = DeviceKind::kCuda;
+  Backend backend = Backend::kCuda;
   std::size_t inferences = 3;
 };
 
@@ -30,14 +30,14 @@ void validate(const SizingOptions& options, std::size_t device_memory = 0);
 /// One model: its plan and its need.
 struct ModelNeed {
   model::ModelPlan plan;
-  Need need;
+  PoolNeed need;
 };
 
 ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
                     const SizingOptions& sizing, std::size_t device_memory = 0);
 /// The need of an already planned model.
-Need need_of(const model::ModelPlan& plan, const SizingOptions& sizing,
-             std::size_t device_memory = 0);
+PoolNeed need_of(const model::ModelPlan& plan, const SizingOptions& sizing,
+                 std::size_t device_memory = 0);
 
 /// The plan's text (model::render_text) followed by the need, the overhead and the total.
 std::string render_text(const ModelNeed& mn, const model::TextOptions& options = {});
@@ -47,13 +47,13 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options =
 nlohmann::json render_json(const ModelNeed& mn);
 std::string render_json_text(const ModelNeed& mn);
 /// The need's fields alone, as render_json adds them.
-nlohmann::json need_json(const Need& need);
+nlohmann::json need_json(const PoolNeed& need);
 
 /// Several models sharing a device: each model's pool gets its need on the strategy (x
 /// --safety, whole MiB) as quota; the process adds the overhead once.
 struct DeviceNeed {
   model::DevicePlan plan;  ///< pools and per-model figures; quotas = the needs
-  std::vector<Need> needs;
+  std::vector<PoolNeed> needs;
   Overhead overhead;
   std::size_t total = 0;  ///< quotas + overhead
   bool fits() const { return total <= plan.device_memory; }
