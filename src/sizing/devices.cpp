@@ -348,7 +348,7 @@ std::vector<ModelSpec> read_models(const std::string& path) {
   return out;
 }
 
-ModelNeed model_need(const ModelSpec& spec) {
+PlacementNeed model_need(const ModelSpec& spec) {
   // The one place a model's figure is computed: weights + the arena planned for its runtime's
   // lifetimes (modelmem plan's "total"), which is what plan_device gives each pool.
   model::PlanOptions o;
@@ -357,7 +357,7 @@ ModelNeed model_need(const ModelSpec& spec) {
   o.runtime = spec.runtime;
   o.ignore_unknown_dims = spec.shared_dims;
   const model::ModelPlan mp = model::plan_model(spec.path, o);
-  ModelNeed n;
+  PlacementNeed n;
   n.weights = mp.weights_bytes;
   n.activations = mp.arena();
   n.bytes = mp.total();

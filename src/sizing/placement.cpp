@@ -234,7 +234,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
                 const PlaceOptions& options) {
   if (models.empty()) throw InvalidInput("no model to place");
   if (devices.empty()) throw InvalidInput("no device to place the models on");
-  std::vector<ModelNeed> needs;
+  std::vector<PlacementNeed> needs;
   for (const auto& m : models) needs.push_back(model_need(m));
   // One --dim list for several files: each dim must be some model's.
   for (const auto& m : models)
@@ -250,7 +250,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
   return place(models, needs, devices, options);
 }
 
-Placement place(const std::vector<ModelSpec>& models, const std::vector<ModelNeed>& needs,
+Placement place(const std::vector<ModelSpec>& models, const std::vector<PlacementNeed>& needs,
                 const std::vector<Device>& devices, const PlaceOptions& options) {
   if (models.empty()) throw InvalidInput("no model to place");
   if (devices.empty()) throw InvalidInput("no device to place the models on");

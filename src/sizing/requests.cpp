@@ -198,7 +198,7 @@ Json metadata(const std::string& name, const std::string& app, const EmitOptions
 std::string comment(const Placement& pl, std::size_t i, const ContainerCap& c) {
   const Replica& r = pl.replicas[i];
   const Device& d = device_of(pl, i);
-  const ModelNeed& n = pl.needs[r.model];
+  const PlacementNeed& n = pl.needs[r.model];
   return fmt::format(
       "# {} on device {} ({}): need {} ({} bytes), request {} MiB; the container sees {}; "
       "cap {} bytes = request\n",
@@ -307,7 +307,7 @@ std::string emit_vnpu(const Placement& pl, const EmitOptions& o) {
     const Device& d = device_of(pl, i);
     const Accelerator& kind = accelerator(d.kind);
     const VnpuTemplate* t = vnpu_template(r.request, d);
-    const ModelNeed& n = pl.needs[r.model];
+    const PlacementNeed& n = pl.needs[r.model];
     const std::size_t given = t ? t->mib * kMiB : d.bytes;
     out += "---\n" + comment(pl, i, c) +
            fmt::format("# static vNPU: {} of {} MiB for a need of {}: {} unused ({:.1f}%)\n",

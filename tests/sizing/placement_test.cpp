@@ -100,7 +100,7 @@ ModelSpec spec(const std::string& name, int replicas) {
   return s;
 }
 
-ModelNeed need(std::size_t bytes) {
+PlacementNeed need(std::size_t bytes) {
   return {bytes / 2, bytes - bytes / 2, bytes, "given", {}};
 }
 

@@ -96,7 +96,7 @@ std::vector<ModelSpec> models_from_files(const std::vector<std::string>& paths,
 std::string object_name(const std::string& text);
 
 /// What one replica of a model needs on its device, and where the figure comes from.
-struct ModelNeed {
+struct PlacementNeed {
   std::size_t weights = 0;
   std::size_t activations = 0;          ///< the planned arena for the model's runtime
   std::size_t bytes = 0;                ///< weights + activations
@@ -105,7 +105,7 @@ struct ModelNeed {
 };
 
 /// The need of one replica: the one function every figure of the placement comes from.
-ModelNeed model_need(const ModelSpec& model);
+PlacementNeed model_need(const ModelSpec& model);
 
 // ---- packing ----
 
@@ -153,7 +153,7 @@ struct Shortfall {
 
 struct Placement {
   std::vector<ModelSpec> models;
-  std::vector<ModelNeed> needs;  ///< one per model
+  std::vector<PlacementNeed> needs;  ///< one per model
   std::vector<Device> devices;
   std::vector<Replica> replicas;
   Packing packing;
@@ -172,7 +172,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
                 const PlaceOptions& options = {});
 /// As place(), with the needs given (one per model): what tests and callers with their own
 /// figures use.
-Placement place(const std::vector<ModelSpec>& models, const std::vector<ModelNeed>& needs,
+Placement place(const std::vector<ModelSpec>& models, const std::vector<PlacementNeed>& needs,
                 const std::vector<Device>& devices, const PlaceOptions& options = {});
 
 /// The report `modelmem place` prints: each model's need, each device's replicas and
