@@ -27,9 +27,10 @@ STATIC_PRESET="device:npu,strategy:static,model_type:cnn"
 
 # 4. Per-model pools on one NPU in one process: `modelmem plan --device-memory` gives each model
 #    a pool (named after its file) and its quota; threads select theirs with modelmem.pool(name)
-#    or modelmem_npu_pool_push(name).
+#    or modelmem_npu_pool_push(name). --overhead 0: the emulated runtime of the tests keeps no
+#    context of its own; on an Ascend device leave out --overhead (the NPU default is 1 GiB).
 POOLS="device:npu,$("$MODELMEM" plan "$MODEL" "$SECOND" --dim batch=1 --dim seq=128 \
-  --device-memory 1G |
+  --device-memory 1GiB --device-kind npu --overhead 0 |
   grep -o 'pools:\[[^]]*\]' | tail -n 1)"
 
 # 5. Or one process per model, each with its own static pool and name (MODELMEM_POOL_NAME), side

@@ -6,12 +6,23 @@ import pytest
 
 from conftest import BUILD, run_python
 
-ACL = os.path.join(BUILD, "emulated_acl", "libascendcl.so")
-NPU = os.path.join(BUILD, "libmodelmem_npu_alloc.so")
+if BUILD is None:
+    # Against a pip installation: the package's own NPU library, over the emulated runtime of the
+    # CMake build that runs this test (a test artifact the package does not ship).
+    import modelmem
+    ACL = os.environ.get("MODELMEM_EMULATED_ACL", "")
+    try:
+        NPU = modelmem.library_path("npu")
+    except modelmem.UnsupportedError:
+        NPU = ""
+else:
+    ACL = os.path.join(BUILD, "emulated_acl", "libascendcl.so")
+    NPU = os.path.join(BUILD, "libmodelmem_npu_alloc.so")
 
 needs_npu_library = pytest.mark.skipif(
-    not (os.path.exists(ACL) and os.path.exists(NPU)),
-    reason="build/libmodelmem_npu_alloc.so or the emulated ACL runtime is not built")
+    not (ACL and NPU and os.path.exists(ACL) and os.path.exists(NPU)),
+    reason="the NPU library or the emulated ACL runtime is not built (MODELMEM_EMULATED_ACL "
+    "names the runtime for an installed package)")
 
 CHILD = r"""
 import ctypes, threading, modelmem
