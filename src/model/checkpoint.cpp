@@ -77,7 +77,8 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) { fail(fmt::format("tensor '{}': {}", name, what)); };
+    const std::string& tensor = name;  // a lambda may not capture a structured binding (clang 14)
+    auto bad = [&](const std::string& what) { fail(fmt::format("tensor '{}': {}", tensor, what)); };
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
         !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
