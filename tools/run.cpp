@@ -178,9 +178,19 @@ std::string make_status_folder() {
 
 int run_and_wait(const std::vector<char*>& argv, const std::string& status) {
   std::fflush(nullptr);
+  // The forwarded signals are blocked from before the fork until the handler that forwards
+  // them is in place: one that came in between would end `run` and leave the program running.
+  sigset_t forwarded, before;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_BLOCK, &forwarded, &before);
   pid_t child = ::fork();
-  if (child < 0) throw Error(std::string("run: fork: ") + std::strerror(errno));
+  if (child < 0) {
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
+    throw Error(std::string("run: fork: ") + std::strerror(errno));
+  }
   if (child == 0) {
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "modelmem run: cannot run %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(errno == ENOENT ? 127 : 126);
@@ -191,6 +201,7 @@ int run_and_wait(const std::vector<char*>& argv, const std::string& status) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);
   int wstatus = 0;
   while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
   }

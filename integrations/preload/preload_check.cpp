@@ -335,10 +335,13 @@ void* volatile g_sink = nullptr;  // keeps the compiler from eliding a malloc/fr
 [[noreturn]] void loop(int threads) {
   std::vector<std::thread> others;
   for (int t = 1; t < threads; ++t)
-    others.emplace_back([] {
-      for (;;) {
-        g_sink = std::malloc(1 << 20);
-        std::free(g_sink);
+    others.emplace_back([t] {
+      // Each thread its own block (a shared g_sink would be freed twice); sizes vary so that
+      // more than one pool is busy when a signal comes.
+      for (std::size_t i = 0;; ++i) {
+        void* volatile p = std::malloc((std::size_t{1} << 20) + (i % 7) * 4096 * t);
+        static_cast<char*>(p)[0] = 1;
+        std::free(p);
       }
     });
   for (long i = 1;; ++i) {

@@ -79,12 +79,18 @@ void report_failure(const char* what, const char* why) noexcept {
   }
 }
 
+// strerror may translate (locale, locks): signal handlers get the untranslated text.
+const char* error_text(int error) noexcept {
+  const char* text = ::strerrordesc_np(error);
+  return text != nullptr ? text : "unknown error";
+}
+
 // Writes what is pending; reports a failed stream once.
 void flush_trace() noexcept {
   if (g_recorder == nullptr || g_fd < 0) return;
   if (!g_recorder->flush() && g_recorder->stream_error() != 0)
     report_failure("write failed, the file ends at the last whole event written",
-                   std::strerror(g_recorder->stream_error()));
+                   error_text(g_recorder->stream_error()));
 }
 
 void open_for_this_process(bool first) noexcept {
@@ -100,7 +106,7 @@ void open_for_this_process(bool first) noexcept {
     return;
   }
   if (!g_recorder->stream_to(g_fd, kTraceChunk))
-    report_failure("write failed", std::strerror(g_recorder->stream_error()));
+    report_failure("write failed", error_text(g_recorder->stream_error()));
 }
 
 void at_exit() noexcept {

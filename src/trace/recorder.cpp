@@ -192,7 +192,7 @@ void Recorder::on_event(const alloc::Event& e) noexcept {
   // The event that completes a chunk writes the pending ones (unless another thread is at it).
   if (((pos + 1) & chunk_mask_) == 0 && stream_fd_.load(std::memory_order_relaxed) >= 0 &&
       try_lock()) {
-    stream_locked();
+    stream_locked(pos + 1);
     unlock();
   }
 }
@@ -247,7 +247,8 @@ std::size_t Recorder::drain_locked(Sink sink, void* context, std::size_t max) no
 bool Recorder::make_room() noexcept {
   if (!try_lock()) return false;
   std::size_t removed = 0;
-  if (stream_fd_.load(std::memory_order_relaxed) >= 0) removed = stream_locked();
+  if (stream_fd_.load(std::memory_order_relaxed) >= 0)
+    removed = stream_locked(head_.load(std::memory_order_acquire));
   if (removed == 0) {
     // No stream (or it failed): the oldest eighth of the ring is discarded and counted.
     removed = drain_locked(nullptr, nullptr, capacity_ / 8 > 0 ? capacity_ / 8 : 1);
@@ -291,7 +292,7 @@ bool Recorder::write_csv(int fd, bool header) noexcept {
         std::size_t n = format_csv_line(e, line, sizeof line);
         sink->append(line, n);
       },
-      &out);
+      &out, pending());  // what was recorded before the call, however fast threads record
   if (std::uint64_t lost = dropped(); lost > 0) {
     char line[64];
     LineWriter w{line, sizeof line};
@@ -354,9 +355,16 @@ std::size_t dropped_line(std::uint64_t count, char* out, std::size_t capacity) n
 
 }  // namespace
 
-std::size_t Recorder::stream_locked() noexcept {
+// Writes the events before position `end` (at most): the writer's work is bounded by what was
+// recorded when it started, so threads that keep recording cannot keep it writing (a livelock
+// that made a SIGINT'd multi-threaded program hang in its signal handler's flush).
+std::size_t Recorder::stream_locked(std::uint64_t end) noexcept {
   const int fd = stream_fd_.load(std::memory_order_acquire);
   if (fd < 0) return 0;
+  const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+  const std::uint64_t todo = end > tail ? end - tail : 0;
+  const std::size_t max = todo < capacity_ ? static_cast<std::size_t>(todo) : capacity_;
+  if (max == 0 && dropped() <= dropped_written_) return 0;
   StreamSink out{fd, buffer_, stream_bytes_.load(std::memory_order_relaxed)};
   if (std::uint64_t lost = dropped(); lost > dropped_written_) {
     char line[64];
@@ -369,7 +377,7 @@ std::size_t Recorder::stream_locked() noexcept {
         std::size_t n = format_csv_line(e, line, sizeof line);
         static_cast<StreamSink*>(ctx)->append(line, n);
       },
-      &out, capacity_);
+      &out, max);
   out.flush();
   stream_bytes_.store(out.written, std::memory_order_relaxed);
   if (out.error != 0) {
@@ -403,7 +411,10 @@ bool Recorder::flush() noexcept {
     };
     ::nanosleep(&ms, nullptr);
   }
-  while (stream_locked() > 0) {
+  // Only what was recorded before this flush: stream_locked stops at `end` or at a slot still
+  // being filled (by a thread this signal interrupted, perhaps), whichever comes first.
+  const std::uint64_t end = head_.load(std::memory_order_acquire);
+  while (stream_locked(end) > 0) {
   }
   unlock();
   return stream_error() == 0 && stream_fd_.load(std::memory_order_relaxed) >= 0;

@@ -4,6 +4,7 @@
 // a whole event; symlinks are refused. And start-up under an address-space limit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -50,12 +52,15 @@ class TraceFile : public ::testing::Test {
 struct Outcome {
   int status = 0;  // waitpid's
   std::string out;
+  bool hung = false;  // still running `deadline` after the signal: killed with SIGKILL
 };
 
-// Runs `argv` with `env` added; when `signal` is non-zero, sends it once the program printed
-// "ready" on stdout. stdout and stderr come back together.
+// Runs `argv` with `env` added; when `signal` is non-zero, sends it `delay_us` after the program
+// printed "ready" on stdout. stdout and stderr come back together. A program still running
+// `deadline` after the signal is killed and reported as hung.
 Outcome spawn(const std::vector<std::string>& env, const std::vector<std::string>& argv,
-              int signal = 0) {
+              int signal = 0, int delay_us = 0,
+              std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return {};
   pid_t child = ::fork();
@@ -63,6 +68,8 @@ Outcome spawn(const std::vector<std::string>& env, const std::vector<std::string
     ::dup2(pipe_fds[1], 1);
     ::dup2(pipe_fds[1], 2);
     ::close(pipe_fds[0]);
+    // A test run in the background of a shell inherits SIGINT ignored; programs get defaults.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -74,13 +81,23 @@ Outcome spawn(const std::vector<std::string>& env, const std::vector<std::string
   Outcome o;
   char buffer[4096];
   bool sent = false;
+  auto sent_at = std::chrono::steady_clock::now();
   for (;;) {
+    if (sent && std::chrono::steady_clock::now() - sent_at > deadline) {
+      o.hung = true;
+      ::kill(child, SIGKILL);
+      break;
+    }
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 100) == 0) continue;
     ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
     if (n <= 0) break;
     o.out.append(buffer, static_cast<std::size_t>(n));
     if (signal != 0 && !sent && o.out.find("ready\n") != std::string::npos) {
+      if (delay_us > 0) ::usleep(static_cast<useconds_t>(delay_us));
       ::kill(child, signal);
       sent = true;
+      sent_at = std::chrono::steady_clock::now();
     }
   }
   ::close(pipe_fds[0]);
@@ -119,6 +136,50 @@ TEST_F(TraceFile, ATraceSurvivesSigkillSigtermAndSigint) {
     const std::size_t lost = sig == SIGKILL ? 4096 / 2 : 0;
     EXPECT_GE(count(t, EventKind::kAlloc), 20000u - lost);
     EXPECT_GE(count(t, EventKind::kFree), 20000u - lost - 1);
+  }
+}
+
+// SIGINT in the middle of the allocations of four threads, many times, under every strategy,
+// through LD_PRELOAD and through `modelmem run --trace` (the program a child, `run` forwarding
+// the signal): every run ends by SIGINT within the deadline and leaves a readable trace. The
+// handler's flush writes what was recorded before it and no more, so threads that go on
+// allocating cannot keep it from returning.
+TEST_F(TraceFile, ManySigintsOfAMultiThreadedProgramEndItAndLeaveTheTrace) {
+  std::mt19937 random(42);
+  int runs = 0;
+  for (const char* conf : {"strategy:planned", "strategy:planned,planned_steps:marked",
+                           "strategy:caching", "strategy:caching,thread_cache_mb:4",
+                           "strategy:static,static_pool_mb:256", "strategy:system"}) {
+    for (int via_run = 0; via_run < 2; ++via_run) {
+      for (int i = 0; i < 1; ++i, ++runs) {
+        SCOPED_TRACE(std::string(conf) + (via_run ? " via run" : " via LD_PRELOAD"));
+        const std::string trace = path("int" + std::to_string(runs) + ".csv");
+        const int delay = static_cast<int>(random() % 20000);
+        Outcome o = via_run
+                        ? spawn({},
+                                {kCli, "run", "--conf", conf, "--trace", trace, "--", kCheck,
+                                 "loop-threads"},
+                                SIGINT, delay, std::chrono::seconds(10))
+                        : spawn({"LD_PRELOAD=" + kLib, std::string("MODELMEM_ALLOC_CONF=") + conf,
+                                 "MODELMEM_TRACE=" + trace},
+                                {kCheck, "loop-threads"}, SIGINT, delay, std::chrono::seconds(10));
+        ASSERT_FALSE(o.hung) << o.out;
+        if (via_run) {
+          ASSERT_TRUE(WIFEXITED(o.status) || WIFSIGNALED(o.status)) << o.out;
+          // `run` ends as its program did: by SIGINT.
+          EXPECT_TRUE(WIFSIGNALED(o.status) && WTERMSIG(o.status) == SIGINT) << o.out;
+        } else {
+          ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
+          EXPECT_EQ(WTERMSIG(o.status), SIGINT) << o.out;
+        }
+        if (std::string(conf) == "strategy:system") continue;  // modelmem is off: no trace
+        const std::string text = read_file(trace);
+        ASSERT_FALSE(text.empty()) << o.out;
+        EXPECT_EQ(text.back(), '\n');
+        modelmem::trace::Trace t = modelmem::trace::read_trace(trace);
+        EXPECT_GE(count(t, modelmem::alloc::EventKind::kAlloc), 20000u) << o.out;
+      }
+    }
   }
 }
 

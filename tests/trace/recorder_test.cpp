@@ -8,10 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 #include <string>
@@ -128,6 +131,42 @@ TEST(Recorder, StreamsToTheFileAChunkAtATime) {
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);  // addresses are nobody else's business
   std::filesystem::remove(path);
+}
+
+// A flush (in a signal or exit handler) while other threads go on recording writes what was
+// recorded before it and returns. It used to write until the ring was empty, which threads
+// recording faster than it writes kept from happening (a SIGINT'd program then hung in its
+// handler). Made certain here: the file is a small pipe whose reader records 1000 events for
+// every 4 KiB it reads, so each write the flush makes brings more events than it wrote.
+TEST(Recorder, AFlushEndsWhileOtherThreadsKeepRecording) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  Recorder recorder(1 << 14);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> bytes{0};
+  std::thread reader([&] {
+    char buffer[4096];
+    for (std::uintptr_t i = 0;;) {
+      ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+      if (n <= 0) break;
+      bytes += static_cast<std::uint64_t>(n);
+      for (int k = 0; k < 1000 && !stop.load(); ++k, ++i)
+        recorder.on_event(make(EventKind::kAlloc, 0x1000 + i, 64, i));
+    }
+  });
+  ASSERT_TRUE(recorder.stream_to(fds[1], 1 << 13));  // the flush does the writing
+  for (int i = 0; i < 500; ++i) recorder.on_event(make(EventKind::kFree, 0x1000 + i, 0, i));
+  auto flushed = std::async(std::launch::async, [&] { return recorder.flush(); });
+  const bool ended = flushed.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  stop = true;  // lets an unbounded flush end too, so the test fails rather than hangs
+  EXPECT_TRUE(ended) << "the flush did not end while a thread recorded";
+  EXPECT_TRUE(flushed.get());
+  EXPECT_TRUE(recorder.flush());
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  EXPECT_GT(recorder.recorded(), 1500u);  // the reader did record while the flush wrote
 }
 
 TEST(Recorder, AFailedWriteLeavesAFileEndingAtAWholeEvent) {

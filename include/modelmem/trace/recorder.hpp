@@ -84,8 +84,10 @@ class Recorder final : public alloc::Listener {
   /// events (rounded up to a power of two, at most capacity() / 2) the recording thread writes
   /// what is pending. Returns false when the header could not be written (errno set).
   bool stream_to(int fd, std::size_t chunk) noexcept;
-  /// Writes every pending event (and the `# dropped=N` line when it changed) to the stream,
-  /// waiting up to a second for a write running on another thread. Async-signal-safe; returns
+  /// Writes every event recorded before the call (and the `# dropped=N` line when it changed) to
+  /// the stream, waiting up to a second for a write running on another thread. Events other
+  /// threads record meanwhile are left to later writes: a flush in a signal or exit handler
+  /// ends however fast they record. Async-signal-safe, no lock beyond the drain flag; returns
   /// false when the stream has failed or the wait ran out (the interrupted thread holds it).
   bool flush() noexcept;
   /// errno of the write that failed (the stream then stopped), 0 when none did.
@@ -103,7 +105,7 @@ class Recorder final : public alloc::Listener {
   bool try_lock() noexcept;
   void unlock() noexcept;
   std::size_t drain_locked(Sink sink, void* context, std::size_t max) noexcept;
-  std::size_t stream_locked() noexcept;
+  std::size_t stream_locked(std::uint64_t end) noexcept;
   bool make_room() noexcept;
 
   Slot* slots_ = nullptr;
