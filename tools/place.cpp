@@ -28,6 +28,8 @@ struct PlaceArgs {
   std::vector<std::string> dims;
   std::string dtype = "fp32";
   std::string runtime = "static";
+  std::string strategy;
+  std::string overhead;
   int replicas = 1;
   std::size_t exact_limit = 12;
   bool no_templates = false;
@@ -52,7 +54,13 @@ std::vector<sizing::ModelSpec> models_of(const PlaceArgs& a) {
           "them per model");
     check_input_file(a.models_file, "models file");
     auto specs = sizing::read_models(a.models_file);
-    for (const auto& s : specs) check_input_file(s.path, "ONNX model file");
+    for (const auto& s : specs) {
+      std::error_code ec;
+      // A served LLM may be a Hugging Face checkpoint folder (plan_serving reads it).
+      if (!(s.serve && fs::is_directory(s.path, ec)))
+        check_input_file(s.path, s.serve ? "model file" : "ONNX model file");
+      if (s.serve && !s.serve->onnx.empty()) check_input_file(s.serve->onnx, "ONNX export");
+    }
     return specs;
   }
   std::map<std::string, std::int64_t> dims;
@@ -87,6 +95,9 @@ int run_place(const PlaceArgs& a) {
   const std::vector<sizing::Device> devices = sizing::devices_from(a.devices);
   const std::vector<sizing::ModelSpec> specs = models_of(a);
   sizing::PlaceOptions po;
+  po.strategy = a.strategy;
+  po.overhead = a.overhead;
+  sizing::validate_sizing({}, po);
   po.exact_limit = a.exact_limit;
   po.templates = !a.no_templates;
   po.spread = !a.no_spread;
@@ -129,7 +140,7 @@ void setup_place(CLI::App& app, int& exit_code) {
   cmd->add_option("model", a->models, "ONNX model files (or --models FILE)");
   cmd->add_option("--models", a->models_file,
                   "YAML or JSON file: models: [{name, model, dims, dtype, runtime, replicas, "
-                  "image}]");
+                  "image, strategy, overhead, serve}]");
   cmd->add_option("--devices", a->devices,
                   "COUNTxSIZE[:KIND] or COUNTxKIND (8x64GiB, 8x910A, 8x80GiB:gpu, 2x8x910A for "
                   "2 nodes), or a YAML/JSON file: nodes: [{name, devices}]")
@@ -141,6 +152,14 @@ void setup_place(CLI::App& app, int& exit_code) {
   cmd->add_option("--runtime", a->runtime, "Lifetimes planned for: static or eager")
       ->check(CLI::IsMember({"static", "eager"}))
       ->capture_default_str();
+  cmd->add_option("--strategy", a->strategy,
+                  "Every pool's strategy, as plan --strategy (caching, static, planned, "
+                  "expandable or a configuration string); a model's `strategy:` overrides it")
+      ->default_str("what modelmem run uses: caching");
+  cmd->add_option("--overhead", a->overhead,
+                  "Memory outside the allocator, once per container (512MiB); default: the "
+                  "device kind's (cuda, npu 1GiB, reported not measured; cpu 0); a model's "
+                  "`overhead:` overrides it");
   cmd->add_option("--replicas", a->replicas, "Replicas of each ONNX file")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

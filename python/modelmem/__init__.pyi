@@ -67,7 +67,8 @@ class Placement:
 
 def place(models: Union[str, Sequence[str]], devices: str, dims: Mapping[str, int] = ...,
           dtype: str = "fp32", runtime: str = "static", replicas: int = 1, exact_limit: int = 12,
-          templates: bool = True, spread: bool = True) -> Placement: ...
+          templates: bool = True, spread: bool = True, strategy: str = "",
+          overhead: str = "") -> Placement: ...
 
 class Advice:
     topic: str

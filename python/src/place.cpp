@@ -20,7 +20,8 @@ using sizing::Placement;
 Placement place(const std::variant<std::string, std::vector<std::string>>& models,
                 const std::string& devices, const std::map<std::string, std::int64_t>& dims,
                 const std::string& dtype, const std::string& runtime, int replicas,
-                std::size_t exact_limit, bool templates, bool spread) {
+                std::size_t exact_limit, bool templates, bool spread, const std::string& strategy,
+                const std::string& overhead) {
   std::vector<sizing::ModelSpec> specs;
   if (const auto* file = std::get_if<std::string>(&models)) {
     if (!dims.empty() || dtype != "fp32" || runtime != "static" || replicas != 1)
@@ -33,6 +34,9 @@ Placement place(const std::variant<std::string, std::vector<std::string>>& model
                                       model::parse_runtime(runtime), replicas);
   }
   sizing::PlaceOptions o;
+  o.strategy = strategy;
+  o.overhead = overhead;
+  sizing::validate_sizing({}, o);
   o.exact_limit = exact_limit;
   o.templates = templates;
   o.spread = spread;
@@ -54,7 +58,10 @@ py::list replicas(const Placement& pl) {
     d["model"] = pl.models[r.model].name;
     d["number"] = r.number;
     d["device"] = r.device >= 0 ? py::object(py::str(pl.devices[r.device].name())) : py::none();
-    d["need"] = pl.needs[r.model].bytes;
+    const bool placed = r.device >= 0;
+    d["need"] = placed ? py::object(py::int_(pl.need_of(i).need)) : py::none();
+    d["overhead"] = placed ? py::object(py::int_(pl.need_of(i).overhead.bytes)) : py::none();
+    d["strategy"] = placed ? py::object(py::str(pl.need_of(i).strategy)) : py::none();
     d["request"] = r.request;
     d["charge"] = r.charge;
     d["template"] = r.template_name.empty() ? py::object(py::none()) : py::str(r.template_name);
@@ -83,9 +90,11 @@ py::dict cap(const Placement& pl, std::size_t replica, const std::string& target
   py::dict d;
   d["visible"] = c.visible;
   d["request"] = c.request;
+  d["need"] = c.need;
   d["fraction"] = c.fraction;
   d["MODELMEM_ALLOC_CONF"] = c.modelmem_conf;
   d[py::str(c.torch_var)] = c.torch_conf;
+  for (const auto& [var, value] : c.engine_env) d[py::str(var)] = value;
   return d;
 }
 
@@ -101,7 +110,8 @@ void bind_place(py::module_& m) {
           "decreasing).")
       .def_property_readonly("replicas", &replicas,
                              "One dict per replica: name, model, number, device (None when it "
-                             "found no room), need, request, charge (bytes), template.")
+                             "found no room), need (the pool's quota), overhead, strategy, "
+                             "request (need + overhead), charge (bytes), template.")
       .def_property_readonly("devices", &devices,
                              "One dict per device: name, node, kind, memory, used, headroom.")
       .def_property_readonly(
@@ -134,10 +144,12 @@ void bind_place(py::module_& m) {
   m.def("place", &place, py::arg("models"), py::arg("devices"),
         py::arg("dims") = std::map<std::string, std::int64_t>{}, py::arg("dtype") = "fp32",
         py::arg("runtime") = "static", py::arg("replicas") = 1, py::arg("exact_limit") = 12,
-        py::arg("templates") = true, py::arg("spread") = true,
+        py::arg("templates") = true, py::arg("spread") = true, py::arg("strategy") = "",
+        py::arg("overhead") = "",
         R"(Places every replica of several models on devices, as `modelmem place` does.
 models: a models file (YAML or JSON) or a list of ONNX files (with dims, dtype, runtime and
-replicas for all of them); devices: "8x910A", "8x64GiB", "2x8x910A", or a nodes file. Returns a
+replicas for all of them); devices: "8x910A", "8x64GiB", "2x8x910A", "1x512MiB:cpu", or a nodes
+file; strategy and overhead: every model's unless its entry gives its own. Returns a
 Placement (fits, replicas, devices, messages, report(), emit(target), cap(i, target)). Raises
 InvalidInputError for a bad model, device list or option.)");
 }

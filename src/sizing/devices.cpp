@@ -37,7 +37,8 @@ const std::vector<Accelerator>& accelerators() {
        {{"vir02", 2184, 2, "huawei.com/Ascend910-2c"},
         {"vir04", 4369, 4, "huawei.com/Ascend910-4c"},
         {"vir08", 8738, 8, "huawei.com/Ascend910-8c"},
-        {"vir16", 17476, 16, "huawei.com/Ascend910-16c"}}},
+        {"vir16", 17476, 16, "huawei.com/Ascend910-16c"}},
+       Backend::kNpu},
       {"910B3",
        true,
        65536,
@@ -46,7 +47,8 @@ const std::vector<Accelerator>& accelerators() {
        "huawei.com/Ascend910",
        "",
        {{"vir05_1c_16g", 16384, 5, "huawei.com/Ascend910-5c.1cpu.16g"},
-        {"vir10_3c_32g", 32768, 10, "huawei.com/Ascend910-10c.3cpu.32g"}}},
+        {"vir10_3c_32g", 32768, 10, "huawei.com/Ascend910-10c.3cpu.32g"}},
+       Backend::kNpu},
       {"310P",
        true,
        21527,
@@ -56,7 +58,8 @@ const std::vector<Accelerator>& accelerators() {
        "",
        {{"vir01", 3072, 1, "huawei.com/Ascend310P-1c"},
         {"vir02", 6144, 2, "huawei.com/Ascend310P-2c"},
-        {"vir04", 12288, 4, "huawei.com/Ascend310P-4c"}}},
+        {"vir04", 12288, 4, "huawei.com/Ascend310P-4c"}},
+       Backend::kNpu},
       {"gpu",
        false,
        0,
@@ -64,7 +67,11 @@ const std::vector<Accelerator>& accelerators() {
        "nvidia.com/gpumem",
        "nvidia.com/gpu",
        "gpu.nvidia.com",
-       {}},
+       {},
+       Backend::kCuda},
+      // A host memory budget (device:limited) for PyTorch on the CPU under the LD_PRELOAD
+      // library: placed and configured, but no scheduler resource to request.
+      {"cpu", false, 0, "", "", "", "", {}, Backend::kHost},
   };
   return kinds;
 }
@@ -195,6 +202,50 @@ void only_keys(const json& obj, std::initializer_list<const char*> keys, const s
   }
 }
 
+// A served LLM's `serve:` mapping; `dtype` of the entry is the serving plan's (as stored when
+// absent), `dims` and `runtime` do not apply.
+ServeSpec read_serve(const json& m, const std::filesystem::path& dir, const std::string& path,
+                     const std::string& where) {
+  const json& v = m["serve"];
+  if (!v.is_object())
+    bad_entry(path, where,
+              "serve: a mapping {context, concurrency or kv_tokens, kv_dtype, tp, block_size, "
+              "max_batched_tokens, onnx}");
+  only_keys(v,
+            {"context", "concurrency", "kv_tokens", "kv_dtype", "tp", "block_size",
+             "max_batched_tokens", "onnx"},
+            path, where + " serve");
+  if (m.contains("dims") || m.contains("runtime"))
+    bad_entry(path, where,
+              "dims and runtime are for a model placed by its plan; a served model (serve:) "
+              "takes context, concurrency or kv_tokens");
+  ServeSpec s;
+  auto whole = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::int64_t {
+    if (!v.contains(key)) return 0;
+    if (!v[key].is_number_integer() || v[key].get<long long>() < lo || v[key].get<long long>() > hi)
+      bad_entry(path, where,
+                fmt::format("serve: {} must be a whole number from {} to {}", key, lo, hi));
+    return v[key].get<std::int64_t>();
+  };
+  s.context = whole("context", 1, std::int64_t{1} << 24);
+  s.concurrency = whole("concurrency", 1, 65536);
+  s.kv_tokens = whole("kv_tokens", 1, std::int64_t{1} << 32);
+  if (v.contains("block_size")) s.block_size = whole("block_size", 1, 1024);
+  if (v.contains("max_batched_tokens"))
+    s.max_batched_tokens = whole("max_batched_tokens", 1, std::int64_t{1} << 24);
+  if (v.contains("tp")) s.tp = static_cast<int>(whole("tp", 1, 64));
+  if ((s.concurrency > 0) == (s.kv_tokens > 0))
+    bad_entry(path, where,
+              "serve: give concurrency (sequences at the context) or kv_tokens, one of them");
+  if (v.contains("kv_dtype")) s.kv_dtype = text_of(v["kv_dtype"]);
+  if (m.contains("dtype")) s.dtype = text_of(m["dtype"]);
+  if (v.contains("onnx")) {
+    const std::filesystem::path f = text_of(v["onnx"]);
+    s.onnx = f.is_absolute() || dir.empty() ? f.string() : (dir / f).string();
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<Device> read_devices(const std::string& path) {
@@ -313,7 +364,10 @@ std::vector<ModelSpec> read_models(const std::string& path) {
     const std::string where = fmt::format("model {}", ++i);
     if (!m.is_object() || !m.contains("model") || !m["model"].is_string())
       bad_entry(path, where, "expected {model: FILE.onnx, ...}");
-    only_keys(m, {"name", "model", "dims", "dtype", "runtime", "replicas", "image"}, path, where);
+    only_keys(m,
+              {"name", "model", "dims", "dtype", "runtime", "replicas", "image", "strategy",
+               "overhead", "serve"},
+              path, where);
     ModelSpec s;
     std::filesystem::path file = m["model"].get<std::string>();
     s.path = file.is_absolute() || dir.empty() ? file.string() : (dir / file).string();
@@ -343,28 +397,12 @@ std::vector<ModelSpec> read_models(const std::string& path) {
       s.replicas = m["replicas"].get<int>();
     }
     if (m.contains("image")) s.image = text_of(m["image"]);
+    if (m.contains("strategy")) s.strategy = text_of(m["strategy"]);
+    if (m.contains("overhead")) s.overhead = text_of(m["overhead"]);
+    if (m.contains("serve")) s.serve = read_serve(m, dir, path, where);
     out.push_back(std::move(s));
   }
   return out;
-}
-
-PlacementNeed model_need(const ModelSpec& spec) {
-  // The one place a model's figure is computed: weights + the arena planned for its runtime's
-  // lifetimes (modelmem plan's "total"), which is what plan_device gives each pool.
-  model::PlanOptions o;
-  o.dims = spec.dims;
-  o.dtype = spec.dtype;
-  o.runtime = spec.runtime;
-  o.ignore_unknown_dims = spec.shared_dims;
-  const model::ModelPlan mp = model::plan_model(spec.path, o);
-  PlacementNeed n;
-  n.weights = mp.weights_bytes;
-  n.activations = mp.arena();
-  n.bytes = mp.total();
-  for (const auto& [name, value] : mp.graph.dims) n.dims_bound.push_back(name);
-  n.basis = fmt::format("weights {} + {} arena {} ({})", format_bytes(n.weights),
-                        model::runtime_name(spec.runtime), format_bytes(n.activations), spec.dtype);
-  return n;
 }
 
 }  // namespace modelmem::sizing

@@ -230,31 +230,32 @@ std::string Placement::replica_name(std::size_t replica) const {
   return fmt::format("{}-{}", models.at(r.model).name, r.number);
 }
 
-Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>& devices,
-                const PlaceOptions& options) {
-  if (models.empty()) throw InvalidInput("no model to place");
-  if (devices.empty()) throw InvalidInput("no device to place the models on");
-  std::vector<PlacementNeed> needs;
-  for (const auto& m : models) needs.push_back(model_need(m));
-  // One --dim list for several files: each dim must be some model's.
-  for (const auto& m : models)
-    for (const auto& [dim, value] : m.dims) {
-      bool used = false;
-      for (const auto& n : needs)
-        used =
-            used || std::find(n.dims_bound.begin(), n.dims_bound.end(), dim) != n.dims_bound.end();
-      if (!used)
-        throw InvalidInput(
-            fmt::format("--dim {}: none of the models has a dim named '{}'", dim, dim));
-    }
-  return place(models, needs, devices, options);
+const PlacementNeed& Placement::need_on(std::size_t model, const Device& device) const {
+  const auto& by_kind = needs.at(model);
+  auto it = by_kind.find(accelerator(device.kind).backend);
+  if (it == by_kind.end())
+    throw Error(fmt::format("model {}: no need computed for {} devices", models.at(model).name,
+                            device.kind));
+  return it->second;
 }
 
-Placement place(const std::vector<ModelSpec>& models, const std::vector<PlacementNeed>& needs,
-                const std::vector<Device>& devices, const PlaceOptions& options) {
+const PlacementNeed& Placement::need_of(std::size_t replica) const {
+  const Replica& r = replicas.at(replica);
+  if (r.device < 0) throw InvalidInput(fmt::format("{} has no device", replica_name(replica)));
+  return need_on(r.model, devices.at(static_cast<std::size_t>(r.device)));
+}
+
+std::string pool_conf(const Placement& pl, std::size_t model, Backend backend) {
+  const PlacementNeed& n = pl.needs.at(model).at(backend);
+  const std::string& pool = pl.models.at(model).name;
+  return fmt::format("{},pools:[{}:{}],default_pool:{}", n.strategy, pool, n.need / kMiB, pool);
+}
+
+namespace {
+
+void check_models(const std::vector<ModelSpec>& models, const std::vector<Device>& devices) {
   if (models.empty()) throw InvalidInput("no model to place");
   if (devices.empty()) throw InvalidInput("no device to place the models on");
-  if (needs.size() != models.size()) throw InvalidInput("place: one need per model");
   std::set<std::string> names;
   for (const auto& m : models) {
     if (m.name.empty()) throw InvalidInput("a model without a name");
@@ -263,17 +264,85 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
     if (m.replicas < 1) throw InvalidInput(fmt::format("model {}: replicas must be >= 1", m.name));
   }
   for (const auto& d : devices) accelerator(d.kind);
+}
+
+Placement pack_needs(const std::vector<ModelSpec>& models,
+                     std::vector<std::map<Backend, PlacementNeed>> needs,
+                     const std::vector<Device>& devices, const PlaceOptions& options);
+
+}  // namespace
+
+Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>& devices,
+                const PlaceOptions& options) {
+  check_models(models, devices);
+  validate_sizing(models, options);
+  std::set<Backend> backends;
+  for (const auto& d : devices) backends.insert(accelerator(d.kind).backend);
+  std::vector<std::map<Backend, PlacementNeed>> needs(models.size());
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    const ModelSpec& m = models[i];
+    if (m.serve) {
+      for (Backend b : backends) needs[i][b] = model_need(m, b, options);
+      continue;
+    }
+    // One plan per model, its need on each kind of device the fleet has.
+    model::PlanOptions o;
+    o.dims = m.dims;
+    o.dtype = m.dtype;
+    o.runtime = m.runtime;
+    o.ignore_unknown_dims = m.shared_dims;
+    const model::ModelPlan plan = model::plan_model(m.path, o);
+    for (Backend b : backends) needs[i][b] = model_need(m, plan, b, options);
+  }
+  // One --dim list for several files: each dim must be some model's.
+  for (const auto& m : models)
+    for (const auto& [dim, value] : m.dims) {
+      bool used = false;
+      for (const auto& by_kind : needs)
+        for (const auto& [b, n] : by_kind)
+          used = used ||
+                 std::find(n.dims_bound.begin(), n.dims_bound.end(), dim) != n.dims_bound.end();
+      if (!used)
+        throw InvalidInput(
+            fmt::format("--dim {}: none of the models has a dim named '{}'", dim, dim));
+    }
+  return pack_needs(models, std::move(needs), devices, options);
+}
+
+Placement place(const std::vector<ModelSpec>& models, const std::vector<PlacementNeed>& needs,
+                const std::vector<Device>& devices, const PlaceOptions& options) {
+  check_models(models, devices);
+  if (needs.size() != models.size()) throw InvalidInput("place: one need per model");
+  std::vector<std::map<Backend, PlacementNeed>> by_kind(models.size());
+  for (std::size_t m = 0; m < models.size(); ++m)
+    for (const auto& d : devices) {
+      PlacementNeed n = needs[m];
+      n.backend = accelerator(d.kind).backend;
+      n.need = checked_add(n.need, kMiB - 1, "need") / kMiB * kMiB;
+      n.request = checked_add(n.need + n.overhead.bytes, kMiB - 1, "request") / kMiB * kMiB;
+      by_kind[m][n.backend] = n;
+    }
+  return pack_needs(models, std::move(by_kind), devices, options);
+}
+
+namespace {
+
+Placement pack_needs(const std::vector<ModelSpec>& models,
+                     std::vector<std::map<Backend, PlacementNeed>> needs,
+                     const std::vector<Device>& devices, const PlaceOptions& options) {
   Placement pl;
   pl.models = models;
-  pl.needs = needs;
+  pl.needs = std::move(needs);
   pl.devices = devices;
   for (std::size_t m = 0; m < models.size(); ++m) {
-    if (needs[m].bytes == 0)
-      throw InvalidInput(fmt::format("model {}: a need of 0 bytes", models[m].name));
-    const std::size_t request =
-        checked_add(needs[m].bytes, kMiB - 1, "request") / kMiB * kMiB;  // whole MiB
-    for (int r = 0; r < models[m].replicas; ++r) pl.replicas.push_back({m, r, request, 0, "", -1});
+    for (const auto& [b, n] : pl.needs[m])
+      if (n.need == 0)
+        throw InvalidInput(fmt::format("model {}: a need of 0 bytes", models[m].name));
+    for (int r = 0; r < models[m].replicas; ++r) pl.replicas.push_back({m, r, 0, 0, "", -1});
   }
+  auto request_on = [&](const Replica& r, const Device& d) {
+    return pl.need_on(r.model, d).request;
+  };
   Problem p;
   std::vector<std::string> kinds;
   for (const auto& d : devices) {
@@ -284,9 +353,13 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
   }
   for (const auto& r : pl.replicas) {
     if (options.spread) p.group.push_back(static_cast<int>(r.model));
-    p.weight.push_back(r.request);
     std::vector<std::size_t> row;
-    for (const auto& d : devices) row.push_back(charge_on(r.request, d, options.templates).first);
+    std::size_t least = kNever;
+    for (const auto& d : devices) {
+      row.push_back(charge_on(request_on(r, d), d, options.templates).first);
+      least = std::min(least, request_on(r, d));
+    }
+    p.weight.push_back(least);
     p.size.push_back(std::move(row));
   }
   pl.packing = solve(p, options.exact_limit);
@@ -295,8 +368,12 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
   for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
     Replica& r = pl.replicas[i];
     r.device = pl.packing.assignment[i];
-    if (r.device < 0) continue;
+    if (r.device < 0) {
+      r.request = p.weight[i];
+      continue;
+    }
     const Device& d = devices[static_cast<std::size_t>(r.device)];
+    r.request = request_on(r, d);
     std::tie(r.charge, r.template_name) = charge_on(r.request, d, options.templates);
     room[static_cast<std::size_t>(r.device)] -= r.charge;
   }
@@ -308,9 +385,14 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
     std::size_t best_short = kNever;
     bool blocked_room = false;  // a device with room that holds a replica of this model
     bool any_open = false;
+    std::size_t largest = 0;        // the device with the most memory
+    bool larger_everywhere = true;  // the request exceeds every device's memory
     for (std::size_t b = 0; b < devices.size(); ++b) {
-      const auto [charge, name] = charge_on(r.request, devices[b], options.templates);
+      const std::size_t request = request_on(r, devices[b]);
+      const auto [charge, name] = charge_on(request, devices[b], options.templates);
       const std::size_t short_by = charge > room[b] ? charge - room[b] : 0;
+      if (devices[b].bytes > devices[largest].bytes) largest = b;
+      larger_everywhere = larger_everywhere && request > devices[b].bytes;
       bool holds = false;
       for (const auto& other : pl.replicas)
         holds = holds || (options.spread && other.model == r.model && other.device == int(b));
@@ -321,7 +403,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
       any_open = true;
       if (short_by < best_short) {
         best_short = short_by, s.device = static_cast<int>(b), s.room = room[b];
-        r.charge = charge, r.template_name = name;
+        r.request = request, r.charge = charge, r.template_name = name;
       }
     }
     const std::string spread_note =
@@ -347,12 +429,14 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
             ? ""
             : fmt::format(" (charged {})",
                           r.template_name.empty() ? "the whole device" : r.template_name);
-    if (r.request > d.bytes)
+    const Device& big = devices[largest];
+    const std::size_t big_request = request_on(r, big);
+    if (larger_everywhere)
       pl.messages.push_back(fmt::format(
           "{} needs {} MiB: larger than every device (the largest, {}, has {} MiB), short by {} "
           "MiB",
-          pl.replica_name(i), r.request / kMiB, d.name(), d.bytes / kMiB,
-          (r.request - d.bytes + kMiB - 1) / kMiB));
+          pl.replica_name(i), big_request / kMiB, big.name(), big.bytes / kMiB,
+          (big_request - big.bytes + kMiB - 1) / kMiB));
     else
       pl.messages.push_back(fmt::format(
           "{} needs {} MiB{}: no device has room; the most is {} MiB on {}, short by {} MiB{}",
@@ -362,6 +446,8 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Placemen
   }
   return pl;
 }
+
+}  // namespace
 
 std::string render_text(const Placement& pl) {
   std::string out;
@@ -374,20 +460,35 @@ std::string render_text(const Placement& pl) {
                      replicas, pl.devices.size(), devs);
   out += fmt::format("method         {}\n", pl.packing.method);
   out +=
-      "need           weights + the arena planned for the model's runtime (modelmem plan's "
-      "total); request = need in whole MiB = the cap in each container\n\n";
+      "need           the pool's need on its strategy (modelmem plan --device-memory's figure; a "
+      "served LLM: its serving plan), the quota in MODELMEM_ALLOC_CONF and the allocator's cap; "
+      "request = need + overhead in whole MiB, what the container asks its scheduler for\n";
+  // Each overhead once, with where it comes from.
+  std::set<std::string> overheads;
+  for (const auto& by_kind : pl.needs)
+    for (const auto& [b, n] : by_kind)
+      if (overheads.insert(backend_name(b) + n.overhead.source).second)
+        out += fmt::format("overhead       {} on {}: {}\n", format_bytes(n.overhead.bytes),
+                           backend_name(b), n.overhead.source);
+  out += "\n";
   std::size_t w = 5;
   for (const auto& m : pl.models) w = std::max(w, m.name.size());
-  out += fmt::format("{:<{}}  {:>8}  {:>10}  {:>12}  {}\n", "model", w, "replicas", "need",
-                     "request", "basis");
-  for (std::size_t m = 0; m < pl.models.size(); ++m) {
-    std::size_t request = 0;
-    for (const auto& r : pl.replicas)
-      if (r.model == m) request = r.request;
-    out += fmt::format("{:<{}}  {:>8}  {:>10}  {:>8} MiB  {}\n", pl.models[m].name, w,
-                       pl.models[m].replicas, format_bytes(pl.needs[m].bytes), request / kMiB,
-                       pl.needs[m].basis);
-  }
+  out += fmt::format("{:<{}}  {:<4}  {:>8}  {:>8}  {:>10}  {:>12}  {}\n", "model", w, "on",
+                     "replicas", "need", "overhead", "request", "basis");
+  for (std::size_t m = 0; m < pl.models.size(); ++m)
+    for (const auto& [b, n] : pl.needs[m])
+      out += fmt::format("{:<{}}  {:<4}  {:>8}  {:>4} MiB  {:>10}  {:>8} MiB  {}\n",
+                         pl.models[m].name, w, backend_name(b), pl.models[m].replicas,
+                         n.need / kMiB, format_bytes(n.overhead.bytes), n.request / kMiB, n.basis);
+  out += "\n";
+  for (std::size_t m = 0; m < pl.models.size(); ++m)
+    for (const auto& [b, n] : pl.needs[m]) {
+      out += fmt::format("config         {} on {}: {}\n", pl.models[m].name, backend_name(b),
+                         pool_conf(pl, m, b));
+      for (const auto& [var, value] : n.engine_env)
+        out += fmt::format("engine         {} on {}: {}={}\n", pl.models[m].name, backend_name(b),
+                           var, value);
+    }
   std::size_t dw = 6;
   for (const auto& d : pl.devices) dw = std::max(dw, d.name().size());
   out += fmt::format("\n{:<{}}  {:<5}  {:>10}  {:>10}  {:>10}  {}\n", "device", dw, "kind",

@@ -135,8 +135,15 @@ ContainerCap container_cap(const Placement& pl, std::size_t replica, Target targ
   const Replica& r = pl.replicas.at(replica);
   const Device& d = device_of(pl, replica);
   const Accelerator& kind = accelerator(d.kind);
+  if (kind.backend == Backend::kHost)
+    throw InvalidInput(fmt::format(
+        "--emit {}: device {} is a cpu budget, which no scheduler hands out as a device (its "
+        "MODELMEM_ALLOC_CONF is in the report's config lines)",
+        target_name(target), d.name()));
+  const PlacementNeed& n = pl.need_of(replica);
   ContainerCap c;
   c.request = r.request;
+  c.need = n.need;
   const VnpuTemplate* t = vnpu_template(r.request, d);
   switch (target) {
     case Target::kHami:
@@ -167,9 +174,10 @@ ContainerCap container_cap(const Placement& pl, std::size_t replica, Target targ
       c.seen = fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
       break;
   }
-  c.fraction = exact_fraction(c.request, c.visible);
-  const std::string& pool = pl.models.at(r.model).name;
-  c.modelmem_conf = fmt::format("pools:[{}:{}],default_pool:{}", pool, r.request / kMiB, pool);
+  // The allocator's cap is the need: the overhead lies outside it, and the two make the request.
+  c.fraction = exact_fraction(c.need, c.visible);
+  c.modelmem_conf = pool_conf(pl, r.model, kind.backend);
+  c.engine_env = n.engine_env;
   c.torch_var = kind.ascend ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
   c.torch_conf = "per_process_memory_fraction:" + fraction_text(c.fraction);
   return c;
@@ -181,6 +189,7 @@ Json env_of(const ContainerCap& c) {
   Json env = Json::array();
   env.push_back({{"name", "MODELMEM_ALLOC_CONF"}, {"value", c.modelmem_conf}});
   env.push_back({{"name", c.torch_var}, {"value", c.torch_conf}});
+  for (const auto& [var, value] : c.engine_env) env.push_back({{"name", var}, {"value", value}});
   return env;
 }
 
@@ -198,12 +207,13 @@ Json metadata(const std::string& name, const std::string& app, const EmitOptions
 std::string comment(const Placement& pl, std::size_t i, const ContainerCap& c) {
   const Replica& r = pl.replicas[i];
   const Device& d = device_of(pl, i);
-  const PlacementNeed& n = pl.needs[r.model];
+  const PlacementNeed& n = pl.need_of(i);
   return fmt::format(
-      "# {} on device {} ({}): need {} ({} bytes), request {} MiB; the container sees {}; "
-      "cap {} bytes = request\n",
-      pl.replica_name(i), d.name(), d.kind, format_bytes(n.bytes), n.bytes, r.request / kMiB,
-      c.seen, static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)));
+      "# {} on device {} ({}): need {} MiB on {}, overhead {}, request {} MiB; the container sees "
+      "{}; the allocator's cap {} bytes = need\n",
+      pl.replica_name(i), d.name(), d.kind, n.need / kMiB, n.strategy,
+      format_bytes(n.overhead.bytes), r.request / kMiB, c.seen,
+      static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)));
 }
 
 // Replicas of model m; a Deployment (and a Ray deployment) gives every replica one spec, so
@@ -307,13 +317,12 @@ std::string emit_vnpu(const Placement& pl, const EmitOptions& o) {
     const Device& d = device_of(pl, i);
     const Accelerator& kind = accelerator(d.kind);
     const VnpuTemplate* t = vnpu_template(r.request, d);
-    const PlacementNeed& n = pl.needs[r.model];
     const std::size_t given = t ? t->mib * kMiB : d.bytes;
     out += "---\n" + comment(pl, i, c) +
-           fmt::format("# static vNPU: {} of {} MiB for a need of {}: {} unused ({:.1f}%)\n",
+           fmt::format("# static vNPU: {} of {} MiB for a request of {} MiB: {} unused ({:.1f}%)\n",
                        t ? t->name : "no template holds it, the whole device", given / kMiB,
-                       format_bytes(n.bytes), format_bytes(given - n.bytes),
-                       100.0 * static_cast<double>(given - n.bytes) / static_cast<double>(given));
+                       r.request / kMiB, format_bytes(given - r.request),
+                       100.0 * static_cast<double>(given - r.request) / static_cast<double>(given));
     const std::string resource = t ? t->resource : kind.plugin_resource;
     out += yaml(pod(pl, i, container(pl, r.model, c, {{"limits", {{resource, "1"}}}}), o));
   }
@@ -395,6 +404,7 @@ std::string emit_ray(const Placement& pl) {
     Json env = Json::object();
     env["MODELMEM_ALLOC_CONF"] = c.modelmem_conf;
     env[c.torch_var] = c.torch_conf;
+    for (const auto& [var, value] : c.engine_env) env[var] = value;
     options["runtime_env"] = {{"env_vars", env}};
     deployments.push_back({{"name", pl.models[m].name},
                            {"num_replicas", reps.size()},

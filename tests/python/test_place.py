@@ -63,9 +63,14 @@ def env_of(container):
 
 
 def check_env(container, request_mib, torch_var):
+    # The pool's quota is the need on the strategy; the request adds the kind's default overhead
+    # (1 GiB on cuda and npu) once.
     env = env_of(container)
     name = container["name"]
-    assert env["MODELMEM_ALLOC_CONF"] == f"pools:[{name}:{request_mib}],default_pool:{name}"
+    m = re.fullmatch(r"strategy:caching,pools:\[([a-z0-9-]+):([0-9]+)\],default_pool:([a-z0-9-]+)",
+                     env["MODELMEM_ALLOC_CONF"])
+    assert m and m[1] == m[3] == name, env["MODELMEM_ALLOC_CONF"]
+    assert int(m[2]) + 1024 == request_mib
     assert re.fullmatch(r"per_process_memory_fraction:[0-9.e-]+", env[torch_var])
 
 
@@ -227,6 +232,12 @@ def test_no_placement_is_one_line_per_replica():
     ("models:\n  - model: missing.onnx\n", "missing.onnx: no such ONNX model file"),
     ('{"models": [{"model": "tiny.onnx", "dtype": "fp8"}]}', "dtype fp8"),
     ("models:\n  - model: tiny.onnx\n    replicas: 0\n", "replicas: a whole number"),
+    ("models:\n  - model: tiny.onnx\n    strategy: bogus\n", "model tiny: strategy bogus"),
+    ("models:\n  - model: tiny.onnx\n    overhead: 5%\n", "model tiny: overhead '5%'"),
+    ("models:\n  - model: tiny.onnx\n    serve: {context: 64}\n",
+     "serve: give concurrency (sequences at the context) or kv_tokens"),
+    ("models:\n  - model: tiny.onnx\n    dims: {n: 2}\n    serve: {concurrency: 2}\n",
+     "dims and runtime are for a model placed by its plan"),
 ])
 def test_bad_models_file_is_one_line_and_nothing_else(tmp_path, text, message):
     (tmp_path / "tiny.onnx").write_bytes(open(os.path.join(MODELS, "tiny.onnx"), "rb").read())

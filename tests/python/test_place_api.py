@@ -27,8 +27,18 @@ def test_place_matches_the_command():
     assert [r["template"] for r in p.replicas] == ["vir02", "vir02"]
     cap = p.cap(1, "vnpu")
     assert cap["visible"] == 2184 << 20
-    assert int(cap["fraction"] * cap["visible"]) == cap["request"] == p.replicas[1]["request"]
-    assert cap["MODELMEM_ALLOC_CONF"] == f"pools:[resnet50:{cap['request'] >> 20}],default_pool:resnet50"
+    assert cap["request"] == p.replicas[1]["request"] == cap["need"] + (1 << 30)
+    assert int(cap["fraction"] * cap["visible"]) == cap["need"] == p.replicas[1]["need"]
+    assert p.replicas[1]["overhead"] == 1 << 30
+    assert cap["MODELMEM_ALLOC_CONF"] == \
+        f"strategy:caching,pools:[resnet50:{cap['need'] >> 20}],default_pool:resnet50"
+    static = modelmem.place([RESNET], "1x910A", dims={"batch": 64}, dtype="fp16",
+                            strategy="static", overhead="256MiB")
+    assert static.report() == cli(RESNET, "--dim", "batch=64", "--dtype", "fp16", "--devices",
+                                  "1x910A", "--strategy", "static", "--overhead", "256MiB")
+    assert static.replicas[0]["request"] == static.replicas[0]["need"] + (256 << 20)
+    with pytest.raises(modelmem.InvalidInputError, match="--strategy"):
+        modelmem.place([RESNET], "1x910A", dims={"batch": 1}, strategy="bogus")
 
 
 def test_place_without_room_and_bad_input():

@@ -100,8 +100,14 @@ ModelSpec spec(const std::string& name, int replicas) {
   return s;
 }
 
-PlacementNeed need(std::size_t bytes) {
-  return {bytes / 2, bytes - bytes / 2, bytes, "given", {}};
+PlacementNeed need(std::size_t bytes, std::size_t overhead = 0) {
+  PlacementNeed n;
+  n.weights = bytes / 2;
+  n.need = bytes;
+  n.strategy = "strategy:caching";
+  n.overhead = {overhead, "given"};
+  n.basis = "given";
+  return n;
 }
 
 TEST(Place, ReaddsEveryDeviceAgainstItsMemory) {
@@ -116,11 +122,13 @@ TEST(Place, ReaddsEveryDeviceAgainstItsMemory) {
     EXPECT_LE(sum, pl.devices[d].bytes) << "device " << d;
     EXPECT_EQ(sum, pl.used(d));
   }
-  for (const auto& r : pl.replicas) {
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const Replica& r = pl.replicas[i];
     EXPECT_GE(r.device, 0);
     EXPECT_EQ(r.request % kMiB, 0u);
-    EXPECT_GE(r.request, pl.needs[r.model].bytes);
-    EXPECT_LT(r.request - pl.needs[r.model].bytes, kMiB);
+    EXPECT_EQ(r.request, pl.need_of(i).request);
+    EXPECT_GE(r.request, pl.need_of(i).need);
+    EXPECT_LT(r.request - pl.need_of(i).need, kMiB);
     const VnpuTemplate* t = vnpu_template(r.request, pl.devices[r.device]);
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(r.charge, t->mib * kMiB);  // the smallest template that holds it
@@ -204,25 +212,27 @@ TEST(Devices, File) {
 
 // The cap inside each container, built by modelmem's factory on a device of exactly what the
 // container sees: the request is served, a little more is refused.
-void expect_cap(const ContainerCap& c, const std::string& what) {
+void expect_cap(const ContainerCap& c, std::size_t overhead, const std::string& what) {
   ASSERT_EQ(c.visible % kMiB, 0u) << what;
-  ASSERT_EQ(static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)), c.request)
-      << what;
+  // The allocator's cap is the need; the overhead beside it makes the request.
+  ASSERT_EQ(c.request, (c.need + overhead + kMiB - 1) / kMiB * kMiB) << what;
+  ASSERT_EQ(static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)), c.need) << what;
   const std::string device =
       "device:limited,device_capacity_mb:" + std::to_string(c.visible / kMiB);
   {
     // per_process_memory_fraction: a static pool of exactly the request.
     auto built = config::build(config::parse_config(device + ",strategy:static," + c.torch_conf));
-    void* p = built.allocator->allocate(c.request);
+    void* p = built.allocator->allocate(c.need);
     ASSERT_NE(p, nullptr) << what;
     EXPECT_THROW(built.allocator->allocate(256), OutOfMemory) << what;
     built.allocator->deallocate(p);
   }
   {
-    // MODELMEM_ALLOC_CONF: the model's pool and its quota.
-    auto built =
-        config::build(config::parse_config(device + ",strategy:static," + c.modelmem_conf));
-    void* p = built.allocator->allocate(c.request);
+    // MODELMEM_ALLOC_CONF: the model's pool and its quota (on a static stack: one block).
+    std::string conf = c.modelmem_conf;
+    conf.replace(0, conf.find(','), "strategy:static");
+    auto built = config::build(config::parse_config(device + "," + conf));
+    void* p = built.allocator->allocate(c.need);
     ASSERT_NE(p, nullptr) << what;
     EXPECT_THROW(built.allocator->allocate(256), OutOfMemory) << what;
     built.allocator->deallocate(p);
@@ -233,14 +243,15 @@ TEST(Requests, EachContainersCapIsItsRequest) {
   for (const char* devs : {"4x910A", "2x910B3", "2x310P", "4x24GiB"}) {
     PlaceOptions share;
     share.spread = false;
-    const Placement pl =
-        place({spec("a", 2), spec("b", 3)}, {need(1300 * kMiB + 17), need(5 * kGiB + 3 * kMiB)},
-              parse_devices(devs), share);
+    const std::size_t overhead = 300 * kMiB + 5;
+    const Placement pl = place({spec("a", 2), spec("b", 3)},
+                               {need(1300 * kMiB, overhead), need(5 * kGiB + 3 * kMiB, overhead)},
+                               parse_devices(devs), share);
     ASSERT_TRUE(pl.fits()) << devs;
     for (std::size_t i = 0; i < pl.replicas.size(); ++i)
       for (Target t : {Target::kHami, Target::kVnpu, Target::kDra, Target::kRay}) {
         if (t == Target::kVnpu && pl.devices[0].kind == "gpu") continue;
-        expect_cap(container_cap(pl, i, t),
+        expect_cap(container_cap(pl, i, t), overhead,
                    std::string(devs) + " " + pl.replica_name(i) + " " + target_name(t));
       }
   }

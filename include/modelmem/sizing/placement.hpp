@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "modelmem/model/plan_model.hpp"
+#include "modelmem/sizing/need.hpp"
 
 namespace modelmem::sizing {
 
@@ -28,7 +30,7 @@ struct VnpuTemplate {
 
 /// An accelerator model and the names schedulers give it.
 struct Accelerator {
-  std::string name;             ///< "910A", "910B3", "310P", "gpu"
+  std::string name;             ///< "910A", "910B3", "310P", "gpu", "cpu"
   bool ascend = false;          ///< Ascend NPU (torch_npu) or NVIDIA GPU (PyTorch CUDA)
   std::size_t mib = 0;          ///< memory a scheduler hands out, MiB (0: must be given)
   std::string hami_resource;    ///< "huawei.com/Ascend910A", "nvidia.com/gpu"
@@ -36,6 +38,10 @@ struct Accelerator {
   std::string plugin_resource;  ///< the whole device under the vendor's plugin
   std::string dra_driver;       ///< the DRA driver a DeviceClass selects ("" : none assumed)
   std::vector<VnpuTemplate> templates;  ///< smallest first; empty for GPUs
+  /// The allocator stack that serves a model on it, and the default memory outside it:
+  /// npu (torch_npu with modelmem's NPU library), cuda (PyTorch CUDA), host (the "cpu" kind: a
+  /// host budget that PyTorch reaches through the LD_PRELOAD library; no scheduler resource).
+  Backend backend = Backend::kCuda;
 };
 
 /// Every known kind, and one by name (case-insensitive); InvalidInput names the known ones.
@@ -65,6 +71,21 @@ std::vector<Device> devices_from(const std::string& spec_or_file);
 
 // ---- models ----
 
+/// A decoder LLM placed by its serving plan (`modelmem plan --serve`, sizing/serving.hpp): the
+/// KV cache for `concurrency` sequences at `context` tokens (or `kv_tokens` tokens), beside the
+/// weights and one step's activations.
+struct ServeSpec {
+  std::int64_t context = 0;      ///< tokens per sequence; 0: the model's (plan --serve's default)
+  std::int64_t concurrency = 0;  ///< sequences at the context held at once (the decode batch)
+  std::int64_t kv_tokens = 0;    ///< or a number of KV tokens (then the decode batch is 256)
+  std::int64_t block_size = 16;
+  std::int64_t max_batched_tokens = 8192;  ///< the prefill chunk planned
+  std::string kv_dtype;                    ///< "" = the weights' dtype; fp8/int8
+  std::string dtype;                       ///< "" = as stored
+  int tp = 1;
+  std::string onnx;  ///< a checkpoint folder's ONNX export (activations planned from it)
+};
+
 /// One model to place, as the models file or the command's arguments give it.
 struct ModelSpec {
   std::string name;  ///< unique: the pool's, the Deployment's and the container's name
@@ -74,13 +95,18 @@ struct ModelSpec {
   model::Runtime runtime = model::Runtime::kStatic;
   int replicas = 1;
   std::string image = "modelmem-serve:latest";  ///< container image in the emitted objects
+  std::string strategy;  ///< the pool's strategy (strategy_config); "" = PlaceOptions::strategy
+  std::string overhead;  ///< a size (parse_overhead); "" = PlaceOptions::overhead
+  std::optional<ServeSpec> serve;  ///< placed by its serving plan (path: ONNX or checkpoint)
   /// dims the model does not have are skipped (one --dim list for several files); place()
   /// then rejects a dim that no model has.
   bool shared_dims = false;
 };
 
 /// A YAML or JSON file: `models: [{name, model, dims: {d: v}, dtype, runtime, replicas,
-/// image}]` (model is relative to the file). InvalidInput naming the file and the entry.
+/// image, strategy, overhead, serve: {context, concurrency | kv_tokens, kv_dtype, tp,
+/// block_size, max_batched_tokens, onnx}}]` (model and onnx are relative to the file).
+/// InvalidInput naming the file and the entry.
 std::vector<ModelSpec> read_models(const std::string& path);
 
 /// ONNX files given directly, all with the same dims, dtype, runtime and replicas; each named
@@ -95,17 +121,36 @@ std::vector<ModelSpec> models_from_files(const std::vector<std::string>& paths,
 /// digits and '-', at most 40 characters ("BERT_base.v2" -> "bert-base-v2").
 std::string object_name(const std::string& text);
 
-/// What one replica of a model needs on its device, and where the figure comes from.
+/// What one replica of a model needs on one kind of device (its Backend), and where each figure
+/// comes from. The pool's quota is `need`; the container's request is `request`.
 struct PlacementNeed {
+  Backend backend = Backend::kCuda;
   std::size_t weights = 0;
-  std::size_t activations = 0;          ///< the planned arena for the model's runtime
-  std::size_t bytes = 0;                ///< weights + activations
-  std::string basis;                    ///< how it was computed, in words
+  /// The pool's need, whole MiB: `modelmem plan --device-memory`'s need on the strategy for the
+  /// model's dims, dtype and runtime (sizing::need_of), or for a served LLM its serving plan's
+  /// weights + activations + KV cache. MODELMEM_ALLOC_CONF's quota; the allocator's cap.
+  std::size_t need = 0;
+  std::string strategy;     ///< the pool's stack (strategy_config), what MODELMEM_ALLOC_CONF sets
+  Overhead overhead;        ///< memory outside the allocator, once per container, with its source
+  std::size_t request = 0;  ///< need + overhead in whole MiB: the container's request
+  std::string basis;        ///< how `need` was computed, in words
   std::vector<std::string> dims_bound;  ///< the symbolic dims the model took from its spec
+  /// A served LLM: environment variable -> the engine's flags for exactly this KV cache.
+  std::map<std::string, std::string> engine_env;
 };
 
-/// The need of one replica: the one function every figure of the placement comes from.
-PlacementNeed model_need(const ModelSpec& model);
+struct PlaceOptions;
+
+/// The need of one replica of `model` on a device of `backend`: the one function every figure
+/// of the placement comes from. `options` gives the fleet-wide strategy and overhead.
+PlacementNeed model_need(const ModelSpec& model, Backend backend, const PlaceOptions& options);
+/// The same for a model already planned (`plan`), as place() calls it once per device kind.
+PlacementNeed model_need(const ModelSpec& model, const model::ModelPlan& plan, Backend backend,
+                         const PlaceOptions& options);
+
+/// Rejects a bad strategy or overhead of a model or of the options (one line naming the model
+/// and the key, or the flag) before anything is planned.
+void validate_sizing(const std::vector<ModelSpec>& models, const PlaceOptions& options);
 
 // ---- packing ----
 
@@ -128,6 +173,8 @@ Packing pack(const std::vector<std::size_t>& items, const std::vector<std::size_
 const VnpuTemplate* vnpu_template(std::size_t request, const Device& device);
 
 struct PlaceOptions {
+  std::string strategy;          ///< every model's pool strategy unless it gives its own
+  std::string overhead;          ///< every container's overhead unless its model gives its own
   std::size_t exact_limit = 12;  ///< replicas up to which the packing is exact
   bool templates = true;         ///< on Ascend, charge each replica its vNPU template
   bool spread = true;            ///< replicas of one model on distinct devices
@@ -137,7 +184,7 @@ struct PlaceOptions {
 struct Replica {
   std::size_t model = 0;      ///< index into Placement::models
   int number = 0;             ///< 0 .. replicas - 1
-  std::size_t request = 0;    ///< need rounded up to MiB: the request and the cap inside
+  std::size_t request = 0;    ///< need + overhead on its device's kind, whole MiB
   std::size_t charge = 0;     ///< what the device's scheduler accounts (template or request)
   std::string template_name;  ///< the vNPU template charged, "" for none / a whole device
   int device = -1;            ///< index into Placement::devices, -1 when it found no room
@@ -153,7 +200,7 @@ struct Shortfall {
 
 struct Placement {
   std::vector<ModelSpec> models;
-  std::vector<PlacementNeed> needs;  ///< one per model
+  std::vector<std::map<Backend, PlacementNeed>> needs;  ///< per model, per kind of its devices
   std::vector<Device> devices;
   std::vector<Replica> replicas;
   Packing packing;
@@ -164,19 +211,29 @@ struct Placement {
   std::size_t used(std::size_t device) const;  ///< charges of its replicas
   long long headroom(std::size_t device) const;
   std::string replica_name(std::size_t replica) const;  ///< "bert-1"
+  /// Model m's need on the kind of `device`.
+  const PlacementNeed& need_on(std::size_t model, const Device& device) const;
+  /// A placed replica's need on its device.
+  const PlacementNeed& need_of(std::size_t replica) const;
 };
 
 /// Needs every model (model_need), charges each replica, packs. InvalidInput for no models,
 /// no devices, duplicate names, replicas < 1, or a bad model.
 Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>& devices,
                 const PlaceOptions& options = {});
-/// As place(), with the needs given (one per model): what tests and callers with their own
-/// figures use.
+/// As place(), with the needs given (one per model, the same on every kind of device): what
+/// tests and callers with their own figures use.
 Placement place(const std::vector<ModelSpec>& models, const std::vector<PlacementNeed>& needs,
                 const std::vector<Device>& devices, const PlaceOptions& options = {});
 
-/// The report `modelmem place` prints: each model's need, each device's replicas and
-/// headroom, and each replica that found no room.
+/// The report `modelmem place` prints: each model's need and request per kind with their
+/// basis, each device's replicas and headroom, each replica that found no room, and each
+/// model's MODELMEM_ALLOC_CONF per kind.
 std::string render_text(const Placement& placement);
+
+/// MODELMEM_ALLOC_CONF of model m's container on a kind:
+/// STRATEGY,pools:[NAME:MIB],default_pool:NAME with MIB the need (what `modelmem run --conf` and
+/// the libraries accept).
+std::string pool_conf(const Placement& placement, std::size_t model, Backend backend);
 
 }  // namespace modelmem::sizing

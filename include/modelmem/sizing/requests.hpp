@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
 
 #include "modelmem/sizing/placement.hpp"
@@ -23,14 +24,18 @@ std::string target_name(Target target);
 /// The memory cap inside one replica's container, as each allocator computes it.
 struct ContainerCap {
   std::size_t visible = 0;  ///< device memory the container sees (what the runtime calls total)
-  std::size_t request = 0;  ///< the request: bytes, a whole number of MiB
-  /// per_process_memory_fraction, chosen so that size_t(fraction * visible) == request, which
-  /// is how PyTorch, torch_npu and modelmem's caching pool turn it into a cap.
+  std::size_t request = 0;  ///< the request: need + overhead, a whole number of MiB
+  std::size_t need = 0;     ///< the allocator's share of it (the pool's quota), whole MiB
+  /// per_process_memory_fraction, chosen so that size_t(fraction * visible) == need, which is
+  /// how PyTorch, torch_npu and modelmem's caching pool turn it into a cap on what the allocator
+  /// reserves; the overhead (context, workspaces) lies outside that cap, and the two make the
+  /// request.
   double fraction = 1;
-  std::string modelmem_conf;  ///< MODELMEM_ALLOC_CONF: the model's pool with its quota
-  std::string torch_var;      ///< PYTORCH_NPU_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF
-  std::string torch_conf;     ///< per_process_memory_fraction:F
-  std::string seen;           ///< what the container sees, in words
+  std::string modelmem_conf;  ///< MODELMEM_ALLOC_CONF: STRATEGY, the model's pool, its quota
+  std::map<std::string, std::string> engine_env;  ///< a served LLM's engine flags
+  std::string torch_var;   ///< PYTORCH_NPU_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF
+  std::string torch_conf;  ///< per_process_memory_fraction:F
+  std::string seen;        ///< what the container sees, in words
 };
 
 /// The cap of replica `replica` (placed) under `target`. InvalidInput for an unplaced replica
