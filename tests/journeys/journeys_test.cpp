@@ -465,6 +465,32 @@ TEST(Journeys, TwoModelsRunUnderThePoolsPlanPrintsWithoutAnOom) {
   EXPECT_NE(both.err.find(", 0 by the next allocator"), std::string::npos) << both.err;
 }
 
+TEST(Journeys, ThePoolPlaceGivesAContainerRunsItsModelAndFourTimesTheBatchIsRefusedInIt) {
+  // `modelmem place` on a CPU budget: the container's MODELMEM_ALLOC_CONF (the report's config
+  // line: the pool at the need on its strategy) under `modelmem run` serves PyTorch eager's
+  // resnet50 (the bundled ONNX file is torchvision's export) at the placed batch with every
+  // request in the pool; four times the batch is refused inside the pool.
+  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  const std::string model = kDir + "/../../models/resnet50.onnx";
+  Result placed = run(
+      {kCli, "place", model, "--dim", "batch=2", "--runtime", "eager", "--devices", "1x1GiB:cpu"});
+  ASSERT_EQ(placed.code, 0) << placed.out << placed.err;
+  const std::string conf = config_after(placed.out, "config         resnet50 on host: ");
+  ASSERT_NE(conf.find("pools:[resnet50:"), std::string::npos) << placed.out;
+  Result at = run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+                   kDir + "/fit_child.py", "224", "resnet50:2"},
+                  {"OMP_NUM_THREADS=1"});
+  EXPECT_EQ(at.code, 0) << at.err;
+  EXPECT_NE(at.out.find("ok resnet50 2"), std::string::npos) << at.out << at.err;
+  EXPECT_NE(at.err.find(", 0 by the next allocator"), std::string::npos) << at.err;
+  EXPECT_EQ(at.err.find("is full"), std::string::npos) << at.err;
+  Result over = run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+                     kDir + "/fit_child.py", "224", "resnet50:8"},
+                    {"OMP_NUM_THREADS=1"});
+  EXPECT_NE(over.out.find("refused resnet50 8"), std::string::npos) << over.out << over.err;
+  EXPECT_NE(over.err.find("pool 'resnet50'"), std::string::npos) << over.err;
+}
+
 TEST(Journeys, AFullPoolPassingARequestToTheNextAllocatorSaysSoOnceAndCountsIt) {
   // A static pool of 30 MiB holds one 20 MiB block; the next two go to the C library, and the
   // program is told once. (A per-model pool refuses instead: its quota names it.)
