@@ -286,12 +286,7 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
       continue;
     }
     // One plan per model, its need on each kind of device the fleet has.
-    model::PlanOptions o;
-    o.dims = m.dims;
-    o.dtype = m.dtype;
-    o.runtime = m.runtime;
-    o.ignore_unknown_dims = m.shared_dims;
-    const model::ModelPlan plan = model::plan_model(m.path, o);
+    const model::ModelPlan plan = model::plan_model(m.path, plan_options(m));
     for (Backend b : backends) needs[i][b] = model_need(m, plan, b, options);
   }
   // One --dim list for several files: each dim must be some model's.

@@ -110,6 +110,15 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
 
 }  // namespace
 
+model::PlanOptions plan_options(const ModelSpec& m) {
+  model::PlanOptions o;
+  o.dims = m.dims;
+  o.dtype = m.dtype;
+  o.runtime = m.runtime;
+  o.ignore_unknown_dims = m.shared_dims;
+  return o;
+}
+
 void validate_sizing(const std::vector<ModelSpec>& models, const PlaceOptions& options) {
   auto check = [](const std::string& strategy, const std::string& overhead,
                   const std::string& who) {
@@ -161,13 +170,15 @@ PlacementNeed model_need(const ModelSpec& m, const model::ModelPlan& plan, Backe
 
 PlacementNeed model_need(const ModelSpec& m, Backend backend, const PlaceOptions& options) {
   validate_sizing({m}, options);
-  if (m.serve) return serving_need(m, backend, options);
-  model::PlanOptions o;
-  o.dims = m.dims;
-  o.dtype = m.dtype;
-  o.runtime = m.runtime;
-  o.ignore_unknown_dims = m.shared_dims;
-  return model_need(m, model::plan_model(m.path, o), backend, options);
+  if (m.serve) {
+    try {
+      return serving_need(m, backend, options);
+    } catch (const InvalidInput& e) {
+      // plan_serving names its own flags (--kv-dtype, --context): say whose serve: it was.
+      throw InvalidInput(fmt::format("model {}: serve: {}", m.name, e.what()));
+    }
+  }
+  return model_need(m, model::plan_model(m.path, plan_options(m)), backend, options);
 }
 
 }  // namespace modelmem::sizing

@@ -238,6 +238,8 @@ def test_no_placement_is_one_line_per_replica():
      "serve: give concurrency (sequences at the context) or kv_tokens"),
     ("models:\n  - model: tiny.onnx\n    dims: {n: 2}\n    serve: {concurrency: 2}\n",
      "dims and runtime are for a model placed by its plan"),
+    ("models:\n  - model: tiny.onnx\n    serve: {concurrency: 2, kv_dtype: fp9}\n",
+     "model tiny: serve: "),
 ])
 def test_bad_models_file_is_one_line_and_nothing_else(tmp_path, text, message):
     (tmp_path / "tiny.onnx").write_bytes(open(os.path.join(MODELS, "tiny.onnx"), "rb").read())

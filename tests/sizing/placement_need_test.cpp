@@ -35,7 +35,7 @@ ModelSpec onnx(const std::string& file, std::map<std::string, std::int64_t> dims
 }
 
 model::ModelPlan plan_of(const ModelSpec& m) {
-  model::PlanOptions o;
+  model::PlanOptions o;  // as `plan --dim ... --dtype ... --runtime ...` takes them
   o.dims = m.dims;
   o.dtype = m.dtype;
   o.runtime = m.runtime;

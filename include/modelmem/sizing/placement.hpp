@@ -141,6 +141,10 @@ struct PlacementNeed {
 
 struct PlaceOptions;
 
+/// The plan options of a model placed by its plan: its dims, dtype and runtime, as `plan` takes
+/// them.
+model::PlanOptions plan_options(const ModelSpec& model);
+
 /// The need of one replica of `model` on a device of `backend`: the one function every figure
 /// of the placement comes from. `options` gives the fleet-wide strategy and overhead.
 PlacementNeed model_need(const ModelSpec& model, Backend backend, const PlaceOptions& options);
