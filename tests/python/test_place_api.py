@@ -51,3 +51,19 @@ def test_place_without_room_and_bad_input():
         modelmem.place([RESNET], "8xbanana", dims={"batch": 1})
     with pytest.raises(modelmem.InvalidInputError, match="go with a list of ONNX files"):
         modelmem.place("models.yaml", "8x910A", replicas=2)
+
+
+def test_a_served_llm_and_a_cpu_budget(tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - name: gpt2\n    model: {SOURCE}/models/gpt2_decoder.onnx\n"
+                      "    serve: {context: 1024, concurrency: 4}\n    overhead: 512MiB\n")
+    p = modelmem.place(str(models), "1x16GiB")
+    assert p.report() == cli("--models", str(models), "--devices", "1x16GiB")
+    cap = p.cap(0, "hami")
+    assert "--kv-cache-memory-bytes" in cap["MODELMEM_VLLM_ARGS"]
+    assert cap["request"] == cap["need"] + (512 << 20)
+    host = modelmem.place([RESNET], "1x1GiB:cpu", dims={"batch": 2}, runtime="eager")
+    assert host.fits and host.replicas[0]["overhead"] == 0
+    assert "config         resnet50 on host: strategy:caching,pools:[resnet50:" in host.report()
+    with pytest.raises(modelmem.InvalidInputError, match="cpu budget"):
+        host.emit("hami")
