@@ -97,7 +97,8 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   n.basis = fmt::format(
       "serving plan: weights {} + activations {} ({}) + KV {} for {} ({} tokens in {} blocks, "
       "{:.2f} sequences of {} tokens); `plan --serve --device-memory {}MiB --context {} "
-      "--max-num-seqs {} --overhead {}B` prints it",
+      "--max-num-seqs {} --overhead {}B` prints it; the bytes, not replayed through the "
+      "strategy nor run under this quota: a guess (docs/fleet.md)",
       format_bytes(p.weights_bytes), format_bytes(p.activation_bytes), p.activation_source,
       format_bytes(p.kv_cache_bytes),
       s.concurrency > 0 ? fmt::format("{} sequences of {} tokens", s.concurrency, p.context)
