@@ -334,11 +334,13 @@ std::string emit_dra(const Placement& pl, const EmitOptions& o) {
   std::set<std::string> classes;
   for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
     const Accelerator& kind = accelerator(device_of(pl, i).kind);
+    if (kind.backend == Backend::kHost) container_cap(pl, i, Target::kDra);  // says why not
     const std::string driver = o.dra_driver.empty() ? kind.dra_driver : o.dra_driver;
     if (driver.empty())
       throw InvalidInput(fmt::format(
-          "--emit dra on {} devices needs --dra-driver NAME: Ascend has no upstream DRA driver "
-          "whose name modelmem could assume",
+          "--emit dra on {} devices needs --dra-driver NAME: Ascend is scheduled by device "
+          "plugins, and no Ascend DRA driver publishes a name modelmem could assume "
+          "(docs/fleet.md)",
           kind.name));
     const std::string cls = "modelmem-" + object_name(kind.name);
     if (!classes.insert(cls).second) continue;
