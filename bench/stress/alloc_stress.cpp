@@ -2,11 +2,13 @@
 // sizes (1 B to 8 MiB, log-uniform), write a checksum into every block, free blocks made by
 // other threads (one in eight goes through a shared exchange), and check every block before it
 // is freed. A corrupted or misaligned block, a crash or a hang fails the run.
-//   alloc_stress [--seconds S] [--threads T] [--conf STRING ...]
+//   alloc_stress [--seconds S] [--threads T] [--idle S] [--conf STRING ...]
 // Without --conf: every strategy (system, caching with and without the thread cache, static,
 // planned with automatic and with marked steps). Prints one line per strategy; exits 1 on any
-// corruption. The sanitizer build runs it for a few seconds in the test suite (CTest
-// stress.allocators); docs/benchmarks.md has longer runs.
+// corruption. --idle S: once everything is freed, wait S seconds and print the process's peak RSS
+// and its RSS then (what the allocator gave back; bench/stress/rss_compare.sh runs it under
+// glibc, jemalloc, tcmalloc and modelmem side by side). The sanitizer build runs it for a few
+// seconds in the test suite (CTest stress.allocators); docs/benchmarks.md has longer runs.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <string>
@@ -157,11 +160,24 @@ int run(const std::string& conf, double seconds, unsigned threads) {
   return t.corrupt == 0 && t.misaligned == 0 && s.allocated_bytes.all.current == 0 ? 0 : 1;
 }
 
+// VmHWM (peak) and VmRSS of this process, in KiB.
+std::pair<long, long> rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  long peak = -1, now = -1;
+  while (in >> key) {
+    if (key == "VmHWM:") in >> peak;
+    if (key == "VmRSS:") in >> now;
+  }
+  return {peak, now};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   double seconds = 2;
   unsigned threads = 8;
+  double idle = -1;
   std::vector<std::string> confs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -169,10 +185,14 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[++i]);
     } else if (a == "--threads" && i + 1 < argc) {
       threads = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--idle" && i + 1 < argc) {
+      idle = std::atof(argv[++i]);
     } else if (a == "--conf" && i + 1 < argc) {
       confs.push_back(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: alloc_stress [--seconds S] [--threads T] [--conf STRING ...]\n");
+      std::fprintf(stderr,
+                   "usage: alloc_stress [--seconds S] [--threads T] [--idle S] [--conf STRING "
+                   "...]\n");
       return 2;
     }
   }
@@ -191,6 +211,13 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "alloc_stress: %s\n", e.what());
     return 2;
+  }
+  if (idle >= 0) {
+    const long freed = rss_kib().second;
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle));
+    const auto [peak, now] = rss_kib();
+    std::printf("rss: peak %ld MiB, when everything was freed %ld MiB, after %.0f s idle %ld MiB\n",
+                peak >> 10, freed >> 10, idle, now >> 10);
   }
   std::printf(rc == 0 ? "alloc_stress: ok\n" : "alloc_stress: FAILED\n");
   return rc;

@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "cache_glue.hpp"
+#include "modelmem/alloc/planned_allocator.hpp"
 #include "next_allocator.hpp"
 #include "report.hpp"
 #include "state.hpp"
@@ -65,6 +66,9 @@ void initialise() noexcept {
   int expected = kNotReady;
   if (!g_state.compare_exchange_strong(expected, kInitialising)) return;
   Inside inside;
+  // The planned arena's planning thread allocates as modelmem code: from the C heap, never from
+  // the arena it is planning, and not counted as the program's requests.
+  alloc::set_planner_thread_hook([] { ++t_depth; });
   try {
     const char* conf = std::getenv("MODELMEM_ALLOC_CONF");
     const char* trace = std::getenv("MODELMEM_TRACE");

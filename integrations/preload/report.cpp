@@ -58,6 +58,14 @@ void print_report() {
                  static_cast<unsigned long long>(p.plans_made),
                  static_cast<unsigned long long>(p.plans_kept),
                  static_cast<unsigned long long>(p.replans));
+    if (p.plans_deferred > 0)
+      std::fprintf(out,
+                   "  plans deferred    %llu (ran past planned_solve_ms at their step mark; "
+                   "taken %llu ms later in all)\n",
+                   static_cast<unsigned long long>(p.plans_deferred),
+                   static_cast<unsigned long long>(p.deferred_ms));
+    else
+      std::fprintf(out, "  plans deferred    0 (every plan was made within planned_solve_ms)\n");
     std::fprintf(out, "  hits              %llu (%s)\n", static_cast<unsigned long long>(p.hits),
                  format_bytes(p.hit_bytes).c_str());
     std::fprintf(out,

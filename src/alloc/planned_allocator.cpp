@@ -1,5 +1,7 @@
 #include "modelmem/alloc/planned_allocator.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -15,48 +17,15 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/period.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "planned_parts.hpp"
 #include "step_detector.hpp"
 
 namespace modelmem::alloc {
-namespace {
 
-constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
-constexpr std::size_t kNotLogged = std::numeric_limits<std::size_t>::max();
-constexpr std::size_t kNoArena = std::numeric_limits<std::size_t>::max();
+using detail::Arena, detail::kNoArena, detail::kNoSlot, detail::kNotLogged, detail::Live,
+    detail::LogEntry, detail::StepPlan;
+using Clock = std::chrono::steady_clock;
 constexpr std::size_t kPage = 4096;
-
-// One planned step: the request sizes in order and, for each, its arena offset (kNoSlot for
-// blocks that outlived the step when it was recorded: those always go to the fallback).
-struct StepPlan {
-  std::vector<std::size_t> sizes;
-  std::vector<std::size_t> offsets;
-  std::size_t arena_size = 0;
-  std::uint64_t last_used = 0;
-};
-
-// What happened to one request of the step being watched; the plan of a step is made from this.
-struct LogEntry {
-  std::size_t size = 0;  // rounded
-  plan::Time alloc_t = 0;
-  plan::Time free_t = -1;  // -1: still live
-};
-
-struct Arena {
-  std::byte* base = nullptr;
-  std::size_t size = 0;
-  std::size_t live = 0;  // blocks handed out and not yet returned
-};
-
-struct Live {
-  std::size_t requested = 0;
-  std::size_t rounded = 0;
-  std::size_t log_index = kNotLogged;  // entry in the log of step `step_id`
-  std::uint64_t step_id = 0;
-  std::size_t arena = kNoArena;  // index into arenas_
-  std::size_t offset = 0;
-};
-
-}  // namespace
 
 struct PlannedAllocator::Impl {
   explicit Impl(PlannedOptions o)
@@ -92,6 +61,14 @@ struct PlannedAllocator::Impl {
   bool plan_next_step = false;
   std::uint64_t next_try = 0;  // after a refused plan: the step from which to try again
   std::uint64_t backoff = 1;   // steps to wait after the next refusal
+
+  // A plan that ran past planned_solve_ms, finishing on a worker thread (plan_job.hpp), with
+  // the step it plans; taken at the first step mark after it is ready.
+  std::shared_ptr<detail::PlanJob> job;
+  std::vector<LogEntry> job_log;
+  std::vector<std::size_t> job_index;
+  bool job_replan = false;
+  Clock::time_point job_deferred_at;
 
   std::unordered_map<const void*, Live> live;
   std::size_t live_bytes = 0;
@@ -153,46 +130,79 @@ struct PlannedAllocator::Impl {
 
   // ---------------------------------------------------------------- planning
 
-  void make_plan_from_log(bool is_replan) {
-    plan::Problem problem;
-    problem.name = "planned step";
-    std::vector<std::size_t> index_of;  // problem buffer -> log position
-    for (std::size_t i = 0; i < log.size(); ++i) {
-      const LogEntry& e = log[i];
-      if (e.free_t < 0) continue;  // outlives the step: kept out of the plan
-      plan::Buffer b;
-      b.id = std::to_string(i);
-      b.size = e.size;
-      b.start = e.alloc_t;
-      b.end = e.free_t;
-      b.alignment = options.alignment;
-      problem.buffers.push_back(std::move(b));
-      index_of.push_back(i);
-    }
-    plan::Plan result;
-    if (!problem.buffers.empty()) {
-      try {
-        if (options.planner) {
-          result = options.planner(problem);
-        } else {
-          plan::SolveOptions so;
-          so.time_limit = options.solve_time_limit;
-          auto solved = plan::solve(problem, options.solver, so);
-          if (!solved.plan) return;
-          result = std::move(*solved.plan);
-        }
-      } catch (const Error&) {
-        return;  // no plan: the step stays with the fallback
+  // The solver (or the caller's planner) as the worker runs it: a valid plan or none. The
+  // solver's own search stops at 80% of planned_solve_ms, so that a plan found in time is
+  // usually taken at the step mark that asked for it.
+  detail::PlanJob::Planner planner_of() const {
+    auto own = options.planner;
+    std::shared_ptr<plan::Solver> solver;
+    if (!own) solver = plan::make_solver(options.solver);
+    plan::SolveOptions so;
+    so.time_limit = options.solve_time_limit * 0.8;
+    return [own, solver, so](const plan::Problem& problem) -> std::optional<plan::Plan> {
+      std::optional<plan::Plan> result;
+      if (own) {
+        result = own(problem);
+      } else if (auto solved = solver->solve(problem, so); solved.plan) {
+        result = std::move(*solved.plan);
       }
-      if (!plan::validate(problem, result)) return;
+      if (result && !plan::validate(problem, *result)) result.reset();  // discarded
+      return result;
+    };
+  }
+
+  // Plans the step in `log`. The step mark waits at most planned_solve_ms for the plan; past
+  // that the worker goes on and the plan is taken at a later step mark (collect_job).
+  void make_plan_from_log(bool is_replan) {
+    if (job) return;  // one plan at a time: the deferred one first
+    const auto start = Clock::now();
+    std::vector<std::size_t> index_of;  // problem buffer -> log position
+    plan::Problem problem = detail::problem_of_step(log, options.alignment, index_of);
+    if (problem.buffers.empty()) {
+      install(plan::Plan{}, log, index_of, is_replan);
+      return;
     }
+    auto j = detail::PlanJob::start(std::move(problem), planner_of());
+    if (j->wait_for(options.solve_time_limit - (Clock::now() - start))) {
+      if (auto result = j->take()) install(std::move(*result), log, index_of, is_replan);
+      return;
+    }
+    job = std::move(j);
+    job_log = log;
+    job_index = std::move(index_of);
+    job_replan = is_replan;
+    job_deferred_at = Clock::now();
+    pstats.plans_deferred++;
+  }
+
+  // At a step mark: a deferred plan that is ready now is taken. A forked child has no worker
+  // thread: it drops the job and plans its own steps.
+  void collect_job() {
+    if (!job) return;
+    if (job->pid() != static_cast<int>(::getpid())) {
+      job.reset();
+      return;
+    }
+    if (!job->ready()) return;
+    std::shared_ptr<detail::PlanJob> j = std::move(job);
+    job.reset();
+    pstats.deferred_ms += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - job_deferred_at)
+            .count());
+    if (auto result = j->take()) install(std::move(*result), job_log, job_index, job_replan);
+    job_log.clear();
+    job_index.clear();
+  }
+
+  void install(plan::Plan result, const std::vector<LogEntry>& step,
+               const std::vector<std::size_t>& index_of, bool is_replan) {
     StepPlan sp;
-    sp.sizes.reserve(log.size());
-    for (const LogEntry& e : log) sp.sizes.push_back(e.size);
-    sp.offsets.assign(log.size(), kNoSlot);
+    sp.sizes.reserve(step.size());
+    for (const LogEntry& e : step) sp.sizes.push_back(e.size);
+    sp.offsets.assign(step.size(), kNoSlot);
     for (std::size_t k = 0; k < index_of.size(); ++k) sp.offsets[index_of[k]] = result.offsets[k];
     sp.arena_size = result.arena_size;
-    if (!worth_it(sp.arena_size)) return;
+    if (!worth_it(sp.arena_size, step)) return;
     // What the fallback cached for the steps served so far is the arena's job from now on:
     // give it back before the arena is taken, so the two never peak together.
     options.fallback->trim();
@@ -221,23 +231,12 @@ struct PlannedAllocator::Impl {
   // arena plus those blocks against the most the step ever had live at once, or what the
   // fallback holds now when that is more (a caching fallback keeps what it took). A refused
   // plan is tried again after 1, 2, 4, ... steps (the solver's time is not spent every step).
-  bool worth_it(std::size_t arena) {
-    std::vector<std::pair<plan::Time, std::ptrdiff_t>> events;
+  bool worth_it(std::size_t arena, const std::vector<LogEntry>& step) {
     std::size_t outliving = 0;
-    for (const LogEntry& e : log) {
-      events.emplace_back(e.alloc_t, static_cast<std::ptrdiff_t>(e.size));
-      if (e.free_t >= 0)
-        events.emplace_back(e.free_t, -static_cast<std::ptrdiff_t>(e.size));
-      else
-        outliving += e.size;
-    }
-    std::sort(events.begin(), events.end());
-    std::ptrdiff_t live_now = 0, peak = 0;
-    for (const auto& [t, d] : events) peak = std::max(peak, live_now += d);
+    const std::size_t p = detail::step_peak(step, outliving);
     const auto held = static_cast<std::size_t>(
         std::max<std::int64_t>(0, options.fallback->stats().reserved_bytes.all.current));
     // An eighth over the step's peak: neither a plan nor a fallback reaches it exactly.
-    const auto p = static_cast<std::size_t>(peak);
     const std::size_t alone = std::max(p + p / 8, held);
     if (outliving == 0 || arena + outliving <= alone) {
       backoff = 1;
@@ -268,6 +267,7 @@ struct PlannedAllocator::Impl {
   }
 
   void finish_step() {
+    collect_job();
     if (!in_step) return;
     in_step = false;
     pstats.steps++;

@@ -28,6 +28,7 @@ using namespace modelmem::alloc;
 namespace {
 
 using detail::bad;
+using detail::check_decay_ms;
 using detail::check_kb_or_zero;
 using detail::check_mb_or_zero;
 using detail::check_positive_count;
@@ -234,6 +235,10 @@ std::vector<KeySpec> core_keys() {
         "caching: free cached blocks, oldest first, once reserved exceeds this fraction of the "
         "allowed memory (PyTorch)"},
        check_gc},
+      {{"cache_decay_ms", "10000", "ms in [0, 3600000]",
+        "caching: cached memory free this long goes back to the device (0 = never, PyTorch's "
+        "behaviour)"},
+       check_decay_ms},
       {{"per_process_memory_fraction", "1.0", "number in (0, 1]",
         "cap on reserved memory as a fraction of the device's total (PyTorch's "
         "set_per_process_memory_fraction)"},
@@ -269,7 +274,8 @@ std::vector<KeySpec> core_keys() {
        check_positive_count},
       {{"planned_solver", "best", "solver name", "planned: solver of a step plan"}, check_solver},
       {{"planned_solve_ms", "500", "ms in [1, 3600000]",
-        "planned: time budget of one step plan (ms)"},
+        "planned: time a step mark waits for its plan (ms); a plan that takes longer is "
+        "finished on a worker thread and taken at a later step mark"},
        check_solve_ms},
       {{"planned_min_kb", "0", "whole number of KiB < 2^54",
         "planned: requests below this many KiB go to the fallback, outside every step"},
@@ -362,8 +368,8 @@ void check_combinations(const Config& c) {
     for (const char* k :
          {"pools", "device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb",
           "plan", "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
-          "garbage_collection_threshold", "per_process_memory_fraction", "huge_pages", "prefault",
-          "thread_cache_mb"})
+          "garbage_collection_threshold", "cache_decay_ms", "per_process_memory_fraction",
+          "huge_pages", "prefault", "thread_cache_mb"})
       if (has(k)) bad(k, "has no effect with strategy:system (the C heap)");
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is system)");
   }
@@ -371,7 +377,7 @@ void check_combinations(const Config& c) {
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is static)");
     if (has("fallback")) bad("fallback", "applies only with expandable_segments:True");
     for (const char* k : {"max_split_size_mb", "roundup_power2_divisions",
-                          "garbage_collection_threshold", "thread_cache_mb"})
+                          "garbage_collection_threshold", "cache_decay_ms", "thread_cache_mb"})
       if (has(k)) bad(k, "applies only to strategy:caching (strategy is static)");
   }
   if (strategy != "planned")

@@ -84,6 +84,7 @@ CachingOptions caching_options(const Config& c) {
   if (o.roundup_power2_divisions.size() == 1 && o.roundup_power2_divisions.begin()->second == 0)
     o.roundup_power2_divisions.clear();
   o.garbage_collection_threshold = c.get_double("garbage_collection_threshold");
+  o.decay_ms = c.get_size("cache_decay_ms");
   o.per_process_memory_fraction = c.get_double("per_process_memory_fraction");
   o.expandable_segments = c.get_bool("expandable_segments");
   o.thread_cache_bytes = c.get_size_mb("thread_cache_mb");
@@ -268,6 +269,7 @@ Built build(const Config& c, device::DevicePtr base) {
             c.has("max_split_size_mb") ? c.get("max_split_size_mb") : "unlimited");
     setting("roundup_power2_divisions", c.get("roundup_power2_divisions"));
     setting("garbage_collection_threshold", c.get("garbage_collection_threshold"));
+    setting("cache_decay_ms", c.get("cache_decay_ms"));
     setting("expandable_segments", o.expandable_segments ? "True" : "False");
     setting("thread_cache_mb", c.get("thread_cache_mb"));
   };

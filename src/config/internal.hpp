@@ -22,6 +22,7 @@ bool parse_uint(std::string_view s, std::size_t& out);
 std::string check_mb_or_zero(const std::string& key, std::string_view v);
 std::string check_kb_or_zero(const std::string& key, std::string_view v);
 std::string check_solve_ms(const std::string& key, std::string_view v);
+std::string check_decay_ms(const std::string& key, std::string_view v);
 std::string check_steps_count(const std::string& key, std::string_view v);
 std::string check_positive_count(const std::string& key, std::string_view v);
 

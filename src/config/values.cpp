@@ -47,6 +47,11 @@ std::string check_solve_ms(const std::string& key, std::string_view v) {
   return config::check_whole_number_in(key, v, 1, 3'600'000, "ms");
 }
 
+// cache_decay_ms: 0 (never) to an hour, as planned_solve_ms.
+std::string check_decay_ms(const std::string& key, std::string_view v) {
+  return config::check_whole_number_in(key, v, 0, 3'600'000, "ms");
+}
+
 // Counts of steps and plans: up to 2^32 (more would never be reached).
 std::string check_steps_count(const std::string& key, std::string_view v) {
   return config::check_whole_number_in(key, v, 0, std::size_t{1} << 32);

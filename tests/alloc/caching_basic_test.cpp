@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -274,6 +277,42 @@ TEST(CachingPool, GarbageCollectionReleasesOldCachedSegments) {
   void* p4 = a.allocate(24 * kMiB);
   EXPECT_EQ(p4, p2) << "the younger block survived";
   a.deallocate(p4);
+}
+
+// cache_decay_ms: a cached segment free for a decay period goes back to the device, found by
+// the statistics the monitor reads (no allocation needed); one still in use, or younger, stays.
+TEST(CachingPool, CachedMemoryFreeForADecayPeriodGoesBack) {
+  using Clock = std::chrono::steady_clock;
+  CachingOptions o;
+  o.decay_ms = 200;
+  CachingAllocator a(device::make_host_device(), o);
+  void* keep = a.allocate(24 * kMiB);  // in use all along: never released
+  void* p = a.allocate(30 * kMiB);
+  const auto freed = Clock::now();
+  a.deallocate(p);
+  EXPECT_EQ(a.stats().reserved_bytes.all.current, static_cast<std::int64_t>(54 * kMiB));
+  auto released = freed;
+  while (Clock::now() - freed < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (a.stats().reserved_bytes.all.current == static_cast<std::int64_t>(24 * kMiB)) {
+      released = Clock::now();
+      break;
+    }
+  }
+  ASSERT_NE(released, freed) << "the free segment was not given back within 5 s";
+  // Not before a whole period (the coarse clock ticks in a few ms); well within 1.25 periods
+  // plus scheduling on a loaded machine.
+  EXPECT_GE(released - freed, std::chrono::milliseconds(190));
+  Stats s = a.stats();
+  EXPECT_EQ(s.num_device_free, 1);
+  EXPECT_EQ(s.allocated_bytes.all.current, static_cast<std::int64_t>(24 * kMiB));
+  a.deallocate(keep);
+
+  // Off (0, the library's default and PyTorch's behaviour): kept however long.
+  CachingAllocator b(device::make_host_device());
+  b.deallocate(b.allocate(30 * kMiB));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(b.stats().reserved_bytes.all.current, static_cast<std::int64_t>(30 * kMiB));
 }
 
 TEST(CachingPool, TrimReturnsCachedSegments) {

@@ -44,6 +44,26 @@ TEST_F(ConfigCli, PrintsTheStackProbeAndFallback) {
       << r.out;
 }
 
+// cache_decay_ms: on by default (10 s), printed among the caching pool's settings, changed or
+// turned off by the key, refused out of range and where no caching pool serves.
+TEST_F(ConfigCli, CacheDecayIsOnByDefaultAndPrinted) {
+  CliResult r = run_config("strategy:caching");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("    cache_decay_ms                 10000"), std::string::npos) << r.out;
+  r = run_config("strategy:caching,cache_decay_ms:0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("  * cache_decay_ms                 0"), std::string::npos) << r.out;
+  r = run_config("strategy:caching,cache_decay_ms:3600001");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cache_decay_ms: 3600001 ms is out of range: must be in [0, 3600000] ms"),
+            std::string::npos)
+      << r.out;
+  r = run_config("strategy:system,cache_decay_ms:5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cache_decay_ms: has no effect with strategy:system"), std::string::npos)
+      << r.out;
+}
+
 TEST_F(ConfigCli, BadStringsExitWithCode2) {
   CliResult r = run_config("expandable_segments:True,max_split_size_mb:64");
   EXPECT_EQ(r.code, 2) << r.out;

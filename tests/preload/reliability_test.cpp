@@ -183,6 +183,19 @@ TEST_F(TraceFile, ManySigintsOfAMultiThreadedProgramEndItAndLeaveTheTrace) {
   }
 }
 
+// `run --report` says whether a step plan ran past planned_solve_ms (the planning of the
+// automatic steps of preload_check runs on a worker thread; here it is quick).
+TEST_F(TraceFile, TheReportSaysWhetherAPlanWasDeferred) {
+  Outcome o =
+      spawn({}, {kCli, "run", "--report", "--conf", "strategy:planned", "--", kCheck, "steps"});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  EXPECT_NE(o.out.find("preload_check steps: ok"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("plans deferred    0 (every plan was made within planned_solve_ms)"),
+            std::string::npos)
+      << o.out;
+}
+
 TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
   if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
   const std::string trace = path("py.csv");

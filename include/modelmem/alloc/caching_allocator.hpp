@@ -31,6 +31,13 @@ struct CachingOptions {
   /// garbage_collection_threshold in (0, 1): free cached blocks (oldest first) once reserved
   /// exceeds this fraction of the allowed memory. 0 = off.
   double garbage_collection_threshold = 0.0;
+  /// cache_decay_ms: cached memory that has stayed free this long goes back to the device (a
+  /// time-based decay, as jemalloc's dirty pages); 0 = never (PyTorch's behaviour). Checked
+  /// whenever the pool is entered (allocate, free, stats(): the monitor reads statistics every
+  /// interval, so an idle process gives its cache back too), at most four times a decay period,
+  /// so a block goes back between 1 and 1.25 decay periods (plus the time until the pool is next
+  /// entered) after it was freed. Only whole free segments (expandable: whole free pages) go.
+  std::size_t decay_ms = 0;
   /// per_process_memory_fraction in (0, 1]: cap on reserved bytes as a fraction of the device's
   /// total memory.
   double per_process_memory_fraction = 1.0;

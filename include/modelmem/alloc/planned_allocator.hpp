@@ -10,7 +10,8 @@
 // one does. So arena memory is never handed out twice, whatever the order or thread interleaving.
 //
 // Thread-safe (one mutex; the fallback is called under it). allocate/deallocate are O(log n) in
-// the number of live arena blocks; end_step may run the planner (bounded by solve_time_limit).
+// the number of live arena blocks; a step mark may wait for the planner, at most
+// solve_time_limit (the rest of the planning is deferred to later step marks).
 #pragma once
 
 #include <chrono>
@@ -68,7 +69,10 @@ struct PlannedOptions {
   /// batch 8, an 86 MiB arena: docs/benchmarks.md, planned-arena).
   bool huge_pages = true;
   /// Solver used for a step plan (a name of plan::make_solver) and its time budget. "best"
-  /// returns the best heuristic plan when the exact search runs out of time.
+  /// returns the best heuristic plan when the exact search runs out of time. The plan is made
+  /// on a worker thread: the step mark that asks for it waits at most solve_time_limit; past
+  /// that the step stays with the fallback and the plan is taken at the first step mark after
+  /// it is ready (PlannedStats::plans_deferred). The solver's own search gets 80% of the limit.
   std::string solver = "best";
   std::chrono::duration<double> solve_time_limit = std::chrono::milliseconds(500);
   /// Replaces the solver when set (tests, callers with their own planner). Must return a plan
@@ -96,7 +100,15 @@ struct PlannedStats {
   std::size_t peak_live = 0;           ///< peak bytes live (arena and fallback, requested sizes)
   std::uint64_t plans_refused = 0;     ///< plans not taken: arena + blocks outliving the step
                                        ///< would hold more than the fallback alone did
+  std::uint64_t plans_deferred = 0;    ///< plans that ran past solve_time_limit at their step
+                                       ///< mark and were finished on the worker thread
+  std::uint64_t deferred_ms = 0;       ///< total time from those step marks to the step mark
+                                       ///< that took their plan
 };
+
+/// Called first on every planning worker thread (the LD_PRELOAD library marks the thread as its
+/// own there, so the solver's memory does not come from the arena it plans). nullptr: none.
+void set_planner_thread_hook(void (*hook)()) noexcept;
 
 class PlannedAllocator : public Allocator {
  public:

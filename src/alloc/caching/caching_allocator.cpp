@@ -133,6 +133,9 @@ CachingAllocator::~CachingAllocator() {
 }
 
 Stats CachingAllocator::stats() const {
+  // What has been free for cache_decay_ms goes back first: the monitor reads statistics every
+  // interval, which is how an idle process gives its cache back (see CachingOptions::decay_ms).
+  impl_->decay_now();
   return with_warnings(impl_->stats());
 }
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -242,6 +243,11 @@ struct CachingAllocator::Impl {
   std::vector<Block*> spare_blocks_;
   Stats stats_;
   std::uint64_t tick_ = 0;
+  // cache_decay_ms: (monotonic ns, tick_) sampled when the pool is entered, a quarter decay
+  // period apart; a free block whose free_tick is at most the tick of a sample a decay period
+  // old has been free that long.
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> decay_samples_;
+  std::uint64_t next_decay_sample_ns_ = 0;
 
   // Thread caches (thread_cache_bytes > 0).
   const std::uint64_t id_ = g_next_pool_id.fetch_add(1, std::memory_order_relaxed);
@@ -391,6 +397,12 @@ struct CachingAllocator::Impl {
   // memory, oldest first, until it is under again; this trades a few device calls for not
   // hitting the full release-and-retry later.
   void garbage_collect();
+  // cache_decay_ms: gives back the cached memory free for a decay period (under the lock).
+  void decay();
+  void decay_now() {
+    std::lock_guard lock(mu_);
+    decay();
+  }
   Block* get_new(bool small, Stream stream, std::size_t rounded);
 
   // ---------------------------------------------------------------- numbers

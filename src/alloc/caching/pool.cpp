@@ -2,7 +2,9 @@
 // request and segment sizes, best fit among a pool's free blocks, splitting and merging,
 // fixed-size segments, giving cached memory back (trim, garbage collection, the out-of-memory
 // ladder), and the locked allocate/free/record_stream/synchronize.
+#include <time.h>
 #include <bit>
+
 #include <cstdio>
 
 #include "alloc/caching/impl.hpp"
@@ -146,6 +148,7 @@ Block* CachingAllocator::Impl::new_segment(bool small, Stream stream, std::size_
   b->size = bytes;
   b->stream = stream;
   b->segment = s;
+  b->free_tick = ++tick_;  // a remainder split off it is as young as the segment
   s->head = b;
   stats_.count_segment(kind_of(small), bytes, true);
   owner_->emit(EventKind::kSegmentAlloc, s->base, bytes, stream);
@@ -207,6 +210,30 @@ void CachingAllocator::Impl::garbage_collect() {
     if (reserved() <= limit) break;
     release_block(b);
   }
+}
+
+void CachingAllocator::Impl::decay() {
+  if (options_.decay_ms == 0) return;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const std::uint64_t now = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+                            static_cast<std::uint64_t>(ts.tv_nsec);
+  if (now < next_decay_sample_ns_) return;
+  const std::uint64_t period = static_cast<std::uint64_t>(options_.decay_ms) * 1'000'000u;
+  next_decay_sample_ns_ = now + std::max<std::uint64_t>(period / 4, 1'000'000u);
+  decay_samples_.emplace_back(now, tick_);
+  // The newest sample at least a period old: blocks freed before it are due.
+  std::uint64_t due = 0;
+  bool any = false;
+  while (!decay_samples_.empty() && decay_samples_.front().first + period <= now) {
+    due = decay_samples_.front().second;
+    any = true;
+    decay_samples_.pop_front();
+  }
+  if (!any) return;
+  decay_samples_.emplace_front(now - period, due);  // kept: it still bounds later checks
+  for (Block* b : releasable_blocks())
+    if (b->free_tick <= due) release_block(b);
 }
 
 Block* CachingAllocator::Impl::get_new(bool small, Stream stream, std::size_t rounded) {
@@ -272,6 +299,7 @@ bool CachingAllocator::Impl::release_parked_and_oversize(bool pool, std::size_t 
 [[gnu::noinline]] void* CachingAllocator::Impl::allocate_locked(std::size_t size, Stream stream) {
   if (size == 0) throw InvalidInput("allocate: size 0");
   std::lock_guard lock(mu_);
+  decay();
   const std::size_t rounded = round_size(size);
   const bool small = rounded <= options_.small_size;
   // With one expandable range per stream, both size classes are served from the large pool's
@@ -331,6 +359,7 @@ Block* CachingAllocator::Impl::lookup(void* ptr, const char* what) {
 
 [[gnu::noinline]] void CachingAllocator::Impl::deallocate_locked(void* ptr) {
   std::lock_guard lock(mu_);
+  decay();
   Block* b = lookup(ptr, "deallocate");
   active_.erase(b->addr);
   const bool small = b->small_request;
