@@ -154,7 +154,9 @@ void setup_solve(CLI::App& app, int& exit_code) {
                   "solver name, or 'all' for a comparison table (names: see below)")
       ->capture_default_str();
   cmd->add_option("--capacity", args.capacity, "arena limit in bytes; exit code 1 if no plan fits");
-  cmd->add_option("--time-limit", args.time_limit, "seconds for each searching solver")
+  cmd->add_option("--time-limit", args.time_limit,
+                  "seconds for each searching solver's search (reading the file, the lower bound, "
+                  "validating and writing the plan are not counted; not kept at 10^6 buffers yet)")
       ->capture_default_str();
   cmd->add_option("--threads", args.threads,
                   "threads for the large-instance phase of best (problems over 5,000 buffers)")
