@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -62,8 +63,7 @@ std::shared_ptr<PlanJob> PlanJob::start(plan::Problem problem, Planner planner) 
   job->problem_ = std::move(problem);
   job->planner_ = std::move(planner);
   job->pid_ = static_cast<int>(::getpid());
-  std::thread([job] {
-    if (auto hook = g_planner_thread_hook.load(std::memory_order_acquire)) hook();
+  auto work = [job] {
     std::optional<plan::Plan> result;
     try {
       result = job->planner_(job->problem_);
@@ -74,7 +74,15 @@ std::shared_ptr<PlanJob> PlanJob::start(plan::Problem problem, Planner planner) 
     job->result_ = std::move(result);
     job->done_ = true;
     job->cv_.notify_all();
-  }).detach();
+  };
+  try {
+    std::thread([work] {
+      if (auto hook = g_planner_thread_hook.load(std::memory_order_acquire)) hook();
+      work();
+    }).detach();
+  } catch (const std::system_error&) {
+    work();  // no thread to be had (a limit on threads): planned here, past the limit
+  }
   return job;
 }
 
