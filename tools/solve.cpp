@@ -20,7 +20,6 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/files.hpp"
 #include "modelmem/plan/plan_io.hpp"
-#include "modelmem/plan/plan_json.hpp"
 #include "modelmem/plan/solve_report.hpp"
 #include "modelmem/plan/solver.hpp"
 #include "paths.hpp"
@@ -73,24 +72,16 @@ class Progress {
   std::chrono::steady_clock::time_point last_;
 };
 
-void write_json(const std::string& path, const plan::Problem& problem, const plan::Plan& plan,
+void write_json(const std::string& path, const plan::Problem& problem,
                 const plan::SolveResult& result, std::size_t peak_live) {
-  plan::PlanInfo info;
-  info.source = problem.name;
-  info.solver = result.solver;
-  info.lower_bound = result.lower_bound;
-  info.proven_optimal = result.proven_optimal;
-  info.capacity = problem.capacity;
-  info.extra.emplace_back("peak_live_bound_bytes", std::to_string(peak_live));
-  std::ostringstream out;
-  plan::write_plan_json(out, problem, plan, info);
-  core::write_file_replacing(path, out.str());  // a symlink at `path` is replaced, not followed
+  // Through a temporary file renamed into place: a symlink at `path` is replaced, not followed.
+  core::write_file_replacing(path, plan::plan_file_json(problem, result, peak_live));
 }
 
 void write_output(const std::string& path, const plan::Problem& problem,
                   const plan::SolveResult& result, std::size_t peak_live) {
   if (path.ends_with(".json")) {
-    write_json(path, problem, *result.plan, result, peak_live);
+    write_json(path, problem, result, peak_live);
   } else {
     std::ostringstream out;
     plan::write_plan_csv(out, problem, *result.plan);

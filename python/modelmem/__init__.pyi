@@ -1,5 +1,6 @@
 from os import PathLike
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, ContextManager, Dict, Iterator, List, Literal, Mapping, Optional, Sequence,
+                    Tuple, Union, overload)
 
 from ._errors import (ConfigError as ConfigError, CudaAllocatorUnavailable as CudaAllocatorUnavailable,
                       Error as Error, InvalidInputError as InvalidInputError,
@@ -30,19 +31,120 @@ class Plan:
     arena_bytes: int
     weights_bytes: int
     lower_bound: int
+    lower_bound_bytes: int
     proven_optimal: bool
     seconds: float
     note: str
     tensors: List[PlannedTensor]
     offsets: List[int]
     buckets: List[BucketPlan]
+    peak_step: Optional[int]
+    # A model's figures (None for a plan from solve()), named as `modelmem plan --json` names them.
+    model: Optional[str]
+    dims: Optional[Dict[str, int]]
+    runtime: Optional[str]
+    dtype: Optional[str]
+    total_bytes: Optional[int]
+    ideal_arena_bytes: Optional[int]
+    eager_peak_bytes: Optional[int]
+    strategy: Optional[str]
+    need_bytes: Optional[int]
+    need_runtime: Optional[str]
+    need_replay_bytes: Optional[int]
+    order_slack_bytes: Optional[int]
+    peak_live_bytes: Optional[int]
+    peak_reserved_bytes: Optional[int]
+    overhead_bytes: Optional[int]
+    overhead_source: Optional[str]
+    need_total_bytes: Optional[int]
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
     def to_json(self, path: _Path) -> None: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+    def report(self, show_live: int = 8) -> str: ...
     def to_html(self, path: _Path) -> None: ...
 
-def plan(path: _Path, dims: Optional[Union[Mapping[str, int], Sequence[str]]] = None,
-         dtype: Optional[str] = None, order: str = "stored",
+_Dims = Optional[Union[Mapping[str, int], Sequence[str]]]
+_Size = Union[int, str]
+
+def plan(path: _Path, dims: _Dims = None, dtype: Optional[str] = None, order: str = "stored",
          buckets: Optional[Union[str, Mapping[str, Sequence[int]]]] = None, solver: str = "best",
-         time_limit: float = 10) -> Plan: ...
+         time_limit: float = 10, runtime: str = "static", strategy: Optional[str] = None,
+         overhead: Optional[Union[str, int, float]] = None, device_kind: str = "cuda",
+         keep_weights_dtype: bool = False, alignment: int = 64, safety: Optional[float] = None,
+         lengths: Optional[_Path] = None, ignore_model_limits: bool = False) -> Plan: ...
+
+class DevicePlan:
+    device_memory_bytes: int
+    runtime: str
+    strategy: str
+    fits: bool
+    headroom_bytes: int
+    total_ideal_bytes: int
+    total_eager_bytes: int
+    total_quota_bytes: int
+    overhead_bytes: int
+    overhead_source: str
+    total_bytes: int
+    models: List[Dict[str, Any]]
+    configs: List[str]
+    config: str
+    def report(self) -> str: ...
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
+    def to_json(self, path: _Path) -> None: ...
+
+def plan_device(paths: Union[_Path, Sequence[_Path]], device_memory: _Size, dims: _Dims = None,
+                dtype: Optional[str] = None, runtime: str = "static",
+                strategy: Optional[str] = None, overhead: Optional[Union[str, int, float]] = None,
+                device_kind: str = "cuda", keep_weights_dtype: bool = False,
+                safety: Optional[float] = None, order: str = "stored", solver: str = "best",
+                time_limit: float = 10, ignore_model_limits: bool = False) -> DevicePlan: ...
+
+class Fit:
+    dim: str
+    model: Optional[str]
+    value: int
+    found: bool
+    need_bytes: int
+    next_need_bytes: int
+    limit: str
+    probes: int
+    seconds: float
+    device: Optional[DevicePlan]
+    def report(self) -> str: ...
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
+    def to_json(self, path: _Path) -> None: ...
+
+class FitEach:
+    results: List[Fit]
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> Fit: ...
+    def __iter__(self) -> Iterator[Fit]: ...
+    def report(self) -> str: ...
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
+    def to_json(self, path: _Path) -> None: ...
+
+@overload
+def fit(paths: Union[_Path, Sequence[_Path]], dim: str, device_memory: _Size, dims: _Dims = None,
+        dtype: Optional[str] = None, runtime: str = "static", strategy: Optional[str] = None,
+        overhead: Optional[Union[str, int, float]] = None, device_kind: str = "cuda",
+        each: Literal[False] = False, keep_weights_dtype: bool = False,
+        safety: Optional[float] = None, order: str = "stored", solver: str = "best",
+        time_limit: float = 10, max_value: int = 16777216) -> Fit: ...
+@overload
+def fit(paths: Union[_Path, Sequence[_Path]], dim: str, device_memory: _Size, dims: _Dims = None,
+        dtype: Optional[str] = None, runtime: str = "static", strategy: Optional[str] = None,
+        overhead: Optional[Union[str, int, float]] = None, device_kind: str = "cuda", *,
+        each: Literal[True], keep_weights_dtype: bool = False, safety: Optional[float] = None,
+        order: str = "stored", solver: str = "best", time_limit: float = 10,
+        max_value: int = 16777216) -> FitEach: ...
 def solve(problem: Union[_Path, Sequence[Tuple[int, int, int]]], solver: str = "best",
           capacity: Optional[int] = None, time_limit: float = 10) -> Plan: ...
 def solver_names() -> List[str]: ...

@@ -41,5 +41,6 @@ void bind_traces(py::module_& m);
 void bind_torch(py::module_& m);
 void bind_place(py::module_& m);
 void bind_serving(py::module_& m);
+void bind_device(py::module_& m);
 
 }  // namespace modelmem::python

@@ -96,4 +96,5 @@ devices=False skips the accelerators, pid keeps one process.)");
   bind_torch(m);
   bind_place(m);
   bind_serving(m);
+  bind_device(m);
 }

@@ -1,24 +1,24 @@
-// modelmem.plan() and modelmem.solve(): the library's model planner and solvers, and the Plan
-// result object both return.
+// modelmem.plan() and modelmem.solve(): the library's model planner (with the need on the
+// strategy, sizing::plan_need, as `modelmem plan` computes it) and solvers, and the Plan result
+// object both return. Its to_json() writes what `modelmem plan --json` (or `modelmem solve
+// --output PLAN.json`) writes, through the same renderer.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include <fstream>
 #include <memory>
 #include <optional>
 
 #include "common.hpp"
 #include "modelmem/core/error.hpp"
-#include "modelmem/model/buckets.hpp"
-#include "modelmem/model/graph.hpp"
-#include "modelmem/model/lifetimes.hpp"
-#include "modelmem/model/order.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/render.hpp"
-#include "modelmem/model/solve.hpp"
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/problem.hpp"
+#include "modelmem/plan/solve_report.hpp"
 #include "modelmem/plan/solver.hpp"
+#include "modelmem/sizing/plan_need.hpp"
+#include "plan_args.hpp"
 
 namespace modelmem::python {
 
@@ -53,38 +53,36 @@ struct Plan {
   std::string bucket_dim;
   std::vector<Bucket> buckets;
   std::optional<std::int64_t> peak_step;
-  // What the library renders from.
-  std::shared_ptr<model::Graph> graph;
-  std::shared_ptr<model::SolvedModel> model_plan;
-  std::shared_ptr<plan::Problem> problem;
+  // What the library renders from: a model's plan and need (plan()), or a problem and its
+  // solution (solve()).
+  std::shared_ptr<const sizing::ModelNeed> model;
+  std::shared_ptr<const plan::Problem> problem;
+  std::shared_ptr<const plan::SolveResult> solved;
 };
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InvalidInput(path + ": cannot open for writing");
-  out << text;
-  out.flush();
-  if (!out) throw Error(path + ": write failed");
+const sizing::ModelNeed& model_of(const Plan& p, const char* what) {
+  if (!p.model)
+    throw Unsupported(fmt::format(
+        "Plan.{} is a model's (modelmem.plan()); a plan from solve() has no model", what));
+  return *p.model;
 }
 
+// As the CLI writes its files: through a temporary file renamed into place.
+void write_text(const std::string& path, const std::string& text) {
+  core::write_file_replacing(path, text);
+}
+
+// What `plan --json` writes for a model; `solve --output PLAN.json` for a problem.
 std::string plan_json_text(const Plan& p) {
-  if (p.graph) return model::plan_json(*p.graph, *p.model_plan).dump(1) + "\n";
-  nlohmann::json j = {{"source", p.source},
-                      {"solver", p.solver},
-                      {"arena_bytes", p.arena_bytes},
-                      {"lower_bound_bytes", p.lower_bound},
-                      {"proven_optimal", p.proven_optimal}};
-  nlohmann::json buffers = nlohmann::json::array();
-  for (std::size_t i = 0; i < p.problem->buffers.size(); ++i) {
-    const auto& b = p.problem->buffers[i];
-    buffers.push_back({{"id", b.id},
-                       {"size", b.size},
-                       {"start", b.start},
-                       {"end", b.end},
-                       {"offset", p.offsets[i]}});
-  }
-  j["buffers"] = std::move(buffers);
-  return j.dump(1) + "\n";
+  if (p.model) return sizing::render_json_text(*p.model);
+  return plan::plan_file_json(*p.problem, *p.solved, plan::lower_bound(*p.problem));
+}
+
+py::object to_json(const Plan& p, const py::object& path) {
+  const std::string text = plan_json_text(p);
+  if (path.is_none()) return py::str(text);
+  write_text(py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>(), text);
+  return py::none();
 }
 
 std::string repr(const Plan& p) {
@@ -95,8 +93,17 @@ std::string repr(const Plan& p) {
                   p.proven_optimal ? ", proven optimal" : "");
   s += fmt::format("  lower bound  {} ({} B), arena / bound = {:.4f}\n",
                    format_bytes(p.lower_bound), p.lower_bound, ratio);
-  if (p.graph)
-    s += fmt::format("  weights      {} ({} B)\n", format_bytes(p.weights_bytes), p.weights_bytes);
+  if (p.model) {
+    const sizing::PoolNeed& n = p.model->need;
+    s += fmt::format("  weights      {} ({} B), {}\n", format_bytes(p.weights_bytes),
+                     p.weights_bytes, p.model->plan.options.dtype);
+    s +=
+        fmt::format("  ideal arena  {}, eager peak {} ({} runtime planned)\n",
+                    format_bytes(p.model->plan.ideal_arena), format_bytes(p.model->plan.eager_peak),
+                    model::runtime_name(p.model->plan.options.runtime));
+    s += fmt::format("  need         {} on {} + overhead {} = {}\n", format_bytes(n.need),
+                     n.strategy, format_bytes(n.overhead.bytes), format_bytes(n.total));
+  }
   s += fmt::format("  tensors      {}", p.tensors.size());
   if (p.peak_step) s += fmt::format(", peak at step {}", *p.peak_step);
   for (const Bucket& b : p.buckets)
@@ -105,113 +112,38 @@ std::string repr(const Plan& p) {
   return s + ">";
 }
 
-std::map<std::string, std::int64_t> dims_of(const py::object& dims) {
-  std::map<std::string, std::int64_t> out;
-  if (dims.is_none()) return out;
-  if (py::isinstance<py::dict>(dims)) {
-    for (auto [k, v] : dims.cast<py::dict>()) {
-      if (!py::isinstance<py::str>(k) || !py::isinstance<py::int_>(v) ||
-          py::isinstance<py::bool_>(v))
-        throw InvalidInput(fmt::format("dims: {}: expected a str name and an int value",
-                                       py::repr(k).cast<std::string>()));
-      auto value = v.cast<std::int64_t>();
-      if (value <= 0)
-        throw InvalidInput(
-            fmt::format("dims: {}={}: a dim must be positive", k.cast<std::string>(), value));
-      out[k.cast<std::string>()] = value;
-    }
-    return out;
-  }
-  if (py::isinstance<py::str>(dims))
-    throw InvalidInput("dims: expected a dict or a list of 'NAME=VALUE'");
-  for (auto item : dims) {
-    if (!py::isinstance<py::str>(item)) throw InvalidInput("dims: expected 'NAME=VALUE' strings");
-    auto [name, value] = model::parse_dim(item.cast<std::string>());
-    if (!out.emplace(name, value).second)
-      throw InvalidInput(fmt::format("dims: {} given twice", name));
-  }
-  return out;
-}
-
-std::optional<model::BucketSpec> buckets_of(const py::object& buckets) {
-  if (buckets.is_none()) return std::nullopt;
-  if (py::isinstance<py::str>(buckets)) return model::parse_buckets(buckets.cast<std::string>());
-  if (py::isinstance<py::dict>(buckets)) {
-    auto d = buckets.cast<py::dict>();
-    if (d.size() != 1) throw InvalidInput("buckets: one dim, as {'seq': [32, 64, 128]}");
-    for (auto [k, v] : d) {
-      std::string text = py::str(k).cast<std::string>() + "=";
-      bool first = true;
-      for (auto value : v) {
-        if (!py::isinstance<py::int_>(value))
-          throw InvalidInput("buckets: the values must be ints");
-        text += (first ? "" : ",") + py::str(value).cast<std::string>();
-        first = false;
-      }
-      return model::parse_buckets(text);
-    }
-  }
-  throw InvalidInput("buckets: expected 'DIM=V1,V2,...' or {'DIM': [V1, V2, ...]}");
-}
-
-Plan plan_model(const std::filesystem::path& fpath, const py::object& dims, const py::object& dtype,
-                const std::string& order, const py::object& buckets, const std::string& solver,
-                double time_limit) {
-  const std::string path = fpath.string();
-  model::LoadOptions load;
-  load.dims = dims_of(dims);
-  std::optional<model::BucketSpec> spec = buckets_of(buckets);
-  if (spec) {
-    if (load.dims.count(spec->dim))
-      throw InvalidInput(
-          fmt::format("buckets {} and dims {} name the same dim", spec->dim, spec->dim));
-    load.dims[spec->dim] = spec->values.back();
-  }
-  model::LifetimeOptions lifetimes;
-  std::string dt = dtype.is_none() ? "fp32" : py::str(dtype).cast<std::string>();
-  if (dt != "fp32" && dt != "fp16" && dt != "bf16")
-    throw InvalidInput(fmt::format("dtype '{}': expected None, 'fp32', 'fp16' or 'bf16'", dt));
-  lifetimes.float_bytes = dt == "fp32" ? 4 : 2;
-  if (order != "stored" && order != "memory")
-    throw InvalidInput(fmt::format("order '{}': expected 'stored' or 'memory'", order));
-  plan::make_solver(solver);  // an unknown name fails before the model is read
-  plan::SolveOptions options = interruptible_options(time_limit);
-
+Plan plan_model(const std::filesystem::path& path, const PlanArgs& args) {
+  const std::string file = path.string();
+  const model::PlanOptions options = plan_options(args);
+  const sizing::SizingOptions sizing = sizing_options(args);
+  sizing::validate(sizing);
+  auto mn = std::make_shared<sizing::ModelNeed>();
+  run_interruptible([&] { *mn = sizing::plan_need(file, options, sizing); });
+  const model::ModelPlan& mp = mn->plan;
+  const model::SolvedModel& sm = mp.plan;
   Plan out;
-  auto graph = std::make_shared<model::Graph>();
-  auto mp = std::make_shared<model::SolvedModel>();
-  std::vector<model::BucketPlan> bucket_plans;
-  run_interruptible([&] {
-    *graph = model::load_onnx(path, load);
-    if (order == "memory") lifetimes.order = model::memory_order(*graph, lifetimes).order;
-    *mp = model::solve_model(*graph, lifetimes, solver, options);
-    if (spec)
-      bucket_plans =
-          model::plan_buckets(path, load, *spec, lifetimes, solver, options, order == "memory");
-  });
-  out.source = graph->source;
-  out.solver = mp->solve.solver;
-  out.arena_bytes = mp->solve.plan->arena_size;
-  out.weights_bytes = mp->lifetimes.weights_bytes;
-  out.lower_bound = mp->lower_bound;
-  out.proven_optimal = mp->solve.proven_optimal;
-  out.seconds = mp->solve.seconds;
-  out.note = mp->solve.note;
-  out.offsets = mp->solve.plan->offsets;
-  out.peak_step = mp->peak.step;
+  out.source = mp.graph.source;
+  out.solver = sm.solve.solver;
+  out.arena_bytes = mp.arena();
+  out.weights_bytes = mp.weights_bytes;
+  out.lower_bound = sm.lower_bound;
+  out.proven_optimal = sm.solve.proven_optimal;
+  out.seconds = sm.solve.seconds;
+  out.note = sm.solve.note;
+  out.offsets = sm.solve.plan->offsets;
+  out.peak_step = sm.peak.step;
   // The tensors as plan_json lists them (the same numbers the runtime's plan: key reads).
-  nlohmann::json j = model::plan_json(*graph, *mp);
+  const nlohmann::json j = model::plan_json(mp.graph, sm);
   for (const auto& t : j.at("tensors"))
     out.tensors.push_back({t.at("name").get<std::string>(), t.at("size").get<std::size_t>(),
                            t.at("offset").get<std::size_t>(), t.at("first").get<std::int64_t>(),
                            t.at("last").get<std::int64_t>()});
-  if (spec) {
-    out.bucket_dim = spec->dim;
-    for (const auto& b : bucket_plans)
+  if (options.buckets) {
+    out.bucket_dim = options.buckets->dim;
+    for (const auto& b : mp.buckets)
       out.buckets.push_back({b.value, b.arena, b.lower_bound, b.weights});
   }
-  out.graph = std::move(graph);
-  out.model_plan = std::move(mp);
+  out.model = std::move(mn);
   return out;
 }
 
@@ -275,6 +207,7 @@ Plan solve_problem(const py::object& problem, const std::string& solver, const p
     throw Error(fmt::format("{}: solver {} found no plan ({})", p->name, solver, r.note));
   }
   Plan out;
+  out.solved = std::make_shared<plan::SolveResult>(r);
   out.source = p->name;
   out.solver = r.solver.empty() ? solver : r.solver;
   out.arena_bytes = r.plan->arena_size;
@@ -309,49 +242,151 @@ void bind_plans(py::module_& m) {
       .def_readonly("arena_bytes", &Bucket::arena_bytes)
       .def_readonly("lower_bound", &Bucket::lower_bound)
       .def_readonly("weights_bytes", &Bucket::weights_bytes);
-  py::class_<Plan>(m, "Plan", "A solved memory plan: the arena and each tensor's offset.")
+  // A model's figure, None for a plan from solve().
+  auto of_model = [](auto f) {
+    return [f](const Plan& p) -> py::object {
+      if (!p.model) return py::none();
+      return py::cast(f(*p.model));
+    };
+  };
+  using MN = sizing::ModelNeed;
+  py::class_<Plan>(m, "Plan",
+                   "A solved memory plan: the arena and each tensor's offset; for a model, the "
+                   "ideal and eager figures and the need on the strategy that serves it.")
       .def_readonly("source", &Plan::source)
       .def_readonly("solver", &Plan::solver, "the solver that produced the plan")
-      .def_readonly("arena_bytes", &Plan::arena_bytes, "bytes of the activation arena")
-      .def_readonly("weights_bytes", &Plan::weights_bytes, "bytes of the weights (0 for solve())")
+      .def_readonly("arena_bytes", &Plan::arena_bytes,
+                    "bytes of the planned activation arena (for the runtime planned)")
+      .def_readonly("weights_bytes", &Plan::weights_bytes,
+                    "bytes of the weights at the planned dtype (0 for solve())")
       .def_readonly("lower_bound", &Plan::lower_bound, "no plan can use less than this")
+      .def_property_readonly(
+          "lower_bound_bytes", [](const Plan& p) { return p.lower_bound; },
+          "the same as lower_bound (the JSON's name)")
       .def_readonly("proven_optimal", &Plan::proven_optimal)
       .def_readonly("seconds", &Plan::seconds)
       .def_readonly("note", &Plan::note)
       .def_readonly("tensors", &Plan::tensors, "list of PlannedTensor")
       .def_readonly("offsets", &Plan::offsets, "one offset per buffer, in input order")
       .def_readonly("buckets", &Plan::buckets, "list of BucketPlan (plan(..., buckets=...))")
+      .def_readonly("peak_step", &Plan::peak_step, "the step of the peak (a model's plan)")
+      .def_property_readonly("model", of_model([](const MN& n) { return n.plan.graph.source; }),
+                             "the model file")
+      .def_property_readonly("dims", of_model([](const MN& n) { return n.plan.graph.dims; }),
+                             "the bound dims")
+      .def_property_readonly("runtime", of_model([](const MN& n) {
+                               return model::runtime_name(n.plan.options.runtime);
+                             }),
+                             "'static' or 'eager': whose lifetimes the arena is planned for")
+      .def_property_readonly(
+          "dtype", of_model([](const MN& n) { return n.plan.options.dtype; }),
+          "'fp32', 'fp16' or 'bf16': float32 activations and weights planned at that width")
+      .def_property_readonly("total_bytes", of_model([](const MN& n) { return n.plan.total(); }),
+                             "weights + the planned arena")
+      .def_property_readonly("ideal_arena_bytes",
+                             of_model([](const MN& n) { return n.plan.ideal_arena; }),
+                             "the arena of a static executor with in-place reuse")
+      .def_property_readonly("eager_peak_bytes",
+                             of_model([](const MN& n) { return n.plan.eager_peak; }),
+                             "the live activation bytes at PyTorch eager's peak")
+      .def_property_readonly("strategy", of_model([](const MN& n) { return n.need.strategy; }),
+                             "the configuration of the pool the need is for (strategy=)")
+      .def_property_readonly(
+          "need_bytes", of_model([](const MN& n) { return n.need.need; }),
+          "what the strategy reserves to serve the model (weights and activations): the quota")
+      .def_property_readonly("need_runtime", of_model([](const MN& n) { return n.need.runtime; }),
+                             "whose allocation sequence was replayed")
+      .def_property_readonly("need_replay_bytes", of_model([](const MN& n) {
+                               return n.need.replay_mib * (std::size_t{1} << 20);
+                             }),
+                             "the smallest whole-MiB quota that serves the replayed sequence")
+      .def_property_readonly("order_slack_bytes",
+                             of_model([](const MN& n) { return n.need.order_slack; }),
+                             "eager on a segmenting pool: one more segment for PyTorch's own order")
+      .def_property_readonly("peak_live_bytes",
+                             of_model([](const MN& n) { return n.need.peak_live; }),
+                             "requested bytes live at the peak of the replayed sequence")
+      .def_property_readonly("peak_reserved_bytes",
+                             of_model([](const MN& n) { return n.need.peak_reserved; }),
+                             "what the pool reserved at that quota")
+      .def_property_readonly(
+          "overhead_bytes", of_model([](const MN& n) { return n.need.overhead.bytes; }),
+          "device memory outside the allocator (overhead=, or the device kind's default)")
+      .def_property_readonly("overhead_source",
+                             of_model([](const MN& n) { return n.need.overhead.source; }),
+                             "where the overhead comes from")
+      .def_property_readonly("need_total_bytes", of_model([](const MN& n) { return n.need.total; }),
+                             "need + overhead: what the device must have")
+      .def("to_json", &to_json, py::arg("path") = py::none(),
+           "The JSON `modelmem plan --json` writes (for solve(): `modelmem solve --output "
+           "PLAN.json`), by the same renderer: written to path, or returned as a str without one.")
       .def(
-          "to_json",
-          [](const Plan& p, const std::filesystem::path& fpath) {
-            write_text(fpath.string(), plan_json_text(p));
+          "to_dict", [](const Plan& p) { return json_loads(plan_json_text(p)); },
+          "to_json() as Python objects.")
+      .def(
+          "report",
+          [](const Plan& p, std::size_t show_live) {
+            model::TextOptions o;
+            o.show_live = show_live;
+            return sizing::render_text(model_of(p, "report"), o);
           },
-          py::arg("path"), "Writes the plan as JSON (for a model: the file the plan: key reads).")
+          py::arg("show_live") = 8, "What `modelmem plan MODEL` prints.")
       .def(
           "to_html",
           [](const Plan& p, const std::filesystem::path& fpath) {
-            const std::string path = fpath.string();
-            if (!p.graph)
-              throw Unsupported(
-                  "Plan.to_html draws a model's plan (modelmem.plan()); a plan from "
-                  "solve() has no model: use to_json()");
-            write_text(path,
-                       model::plan_html(*p.graph, *p.model_plan, "modelmem plan: " + p.source));
+            write_text(fpath.string(), model::render_html(model_of(p, "to_html").plan));
           },
           py::arg("path"), "Writes a self-contained HTML picture of a model's plan.")
       .def("__repr__", &repr);
 
-  m.def("plan", &plan_model, py::arg("path"), py::arg("dims") = py::none(),
-        py::arg("dtype") = py::none(), py::arg("order") = "stored", py::arg("buckets") = py::none(),
-        py::arg("solver") = "best", py::arg("time_limit") = 10.0,
-        R"(Plans the activation memory of an ONNX model ahead of time (what `modelmem plan` does).
+  m.def(
+      "plan",
+      [](const std::filesystem::path& path, const py::object& dims, const py::object& dtype,
+         const std::string& order, const py::object& buckets, const std::string& solver,
+         double time_limit, const std::string& runtime, const py::object& strategy,
+         const py::object& overhead, const std::string& device_kind, bool keep_weights_dtype,
+         std::size_t alignment, std::optional<double> safety, const py::object& lengths,
+         bool ignore_model_limits) {
+        PlanArgs a;
+        a.dims = dims;
+        a.dtype = dtype;
+        a.order = order;
+        a.buckets = buckets;
+        a.solver = solver;
+        a.time_limit = time_limit;
+        a.runtime = runtime;
+        a.strategy = strategy;
+        a.overhead = overhead;
+        a.device_kind = device_kind;
+        a.keep_weights_dtype = keep_weights_dtype;
+        a.alignment = alignment;
+        a.safety = safety;
+        a.lengths = lengths;
+        a.ignore_model_limits = ignore_model_limits;
+        return plan_model(path, a);
+      },
+      py::arg("path"), py::arg("dims") = py::none(), py::arg("dtype") = py::none(),
+      py::arg("order") = "stored", py::arg("buckets") = py::none(), py::arg("solver") = "best",
+      py::arg("time_limit") = 10.0, py::arg("runtime") = "static", py::arg("strategy") = py::none(),
+      py::arg("overhead") = py::none(), py::arg("device_kind") = "cuda",
+      py::arg("keep_weights_dtype") = false, py::arg("alignment") = 64,
+      py::arg("safety") = py::none(), py::arg("lengths") = py::none(),
+      py::arg("ignore_model_limits") = false,
+      R"(Plans the activation memory of an ONNX model ahead of time and sizes its need on the
+strategy that serves it: what `modelmem plan MODEL` computes, flag for flag.
 
-dims: {'batch': 8} or ['batch=8'] binds symbolic dims; dtype: None/'fp32', 'fp16' or 'bf16'
-plans float32 activations at that width; order: 'stored' or 'memory' (search an order with a
-lower peak); buckets: 'seq=32,64,128' or {'seq': [32, 64, 128]} plans each value (the main
-plan uses the largest); solver: a name of solver_names(); time_limit: seconds for searching
-solvers. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). Raises InvalidInputError for
-a bad file or argument.)");
+dims: {'batch': 8} or ['batch=8'] (--dim); dtype: None/'fp32', 'fp16' or 'bf16' (--dtype:
+float32 activations and weights at that width; keep_weights_dtype=True converts the activations
+only); order: 'stored' or 'memory'; buckets: 'seq=32,64,128' or {'seq': [32, 64, 128]} plans each
+value (the main plan uses the largest); solver: a name of solver_names() or 'all'; time_limit:
+seconds for searching solvers; runtime: 'static' or 'eager' (--runtime: whose lifetimes the
+arena is planned for; both figures are given); strategy: 'caching', 'static', 'planned',
+'expandable' or a configuration string (--strategy; None: what `modelmem run` builds); overhead:
+a size ('512MiB', bytes) or a fraction ('5%') of the device (--overhead; None: device_kind's
+default, 'cuda', 'npu' or 'host'); alignment, safety, lengths, ignore_model_limits: --align,
+--safety, --lengths, --ignore-model-limits. Plan.to_json() writes what `plan --json` writes.
+Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). Raises InvalidInputError with the
+CLI's message for a bad file or argument.)");
   m.def("solve", &solve_problem, py::arg("problem"), py::arg("solver") = "best",
         py::arg("capacity") = py::none(), py::arg("time_limit") = 10.0,
         R"(Solves a planning problem: a MiniMalloc CSV path or a list of (size, start, end) tuples

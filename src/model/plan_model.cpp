@@ -138,6 +138,7 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
 
   plan::SolveOptions solve;
   solve.time_limit = std::chrono::duration<double>(options.time_limit);
+  solve.progress = options.progress;
   std::vector<std::string> solvers =
       options.solver == "all" ? plan::solver_names() : std::vector<std::string>{options.solver};
   const LifetimeOptions& planned = options.runtime == Runtime::kEager ? eager : ideal;

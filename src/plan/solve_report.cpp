@@ -185,4 +185,17 @@ SolveReport run_solve(const SolveRequest& request) {
   return report;
 }
 
+std::string plan_file_json(const Problem& problem, const SolveResult& result,
+                           std::size_t peak_live_bound) {
+  if (!result.plan) throw InvalidInput(problem.name + ": no plan to write");
+  PlanInfo info;
+  info.source = problem.name;
+  info.solver = result.solver;
+  info.lower_bound = result.lower_bound;
+  info.proven_optimal = result.proven_optimal;
+  info.capacity = problem.capacity;
+  info.extra.emplace_back("peak_live_bound_bytes", std::to_string(peak_live_bound));
+  return plan_json_text(problem, *result.plan, info);
+}
+
 }  // namespace modelmem::plan

@@ -174,4 +174,16 @@ nlohmann::json fit_json(const FitResult& f) {
   return j;
 }
 
+nlohmann::json render_json(const FitResult& f) {
+  nlohmann::json j = f.found() ? render_json(f.at_value) : nlohmann::json::object();
+  j["fit"] = fit_json(f);
+  return j;
+}
+
+nlohmann::json render_json(const std::vector<FitResult>& each) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& f : each) all.push_back(render_json(f));
+  return {{"fit_each", std::move(all)}};
+}
+
 }  // namespace modelmem::sizing

@@ -159,11 +159,11 @@ def test_plan_buckets():
     (dict(path="/nonexistent.onnx"), "/nonexistent.onnx"),
     (dict(dims={"batch": 0}), "positive"),
     (dict(dims="batch=1"), "dims"),
-    (dict(dtype="int4"), "dtype 'int4'"),
+    (dict(dtype="int4"), "--dtype int4: expected fp32, fp16 or bf16"),
     (dict(order="random"), "order 'random'"),
     (dict(buckets=7), "buckets"),
     (dict(solver="nope"), "nope"),
-    (dict(time_limit=-1), "time_limit"),
+    (dict(time_limit=-1), "--time-limit -1: must be a positive number of seconds"),
 ])
 def test_plan_bad_input(kwargs, needle):
     args = dict(path=os.path.join(MODELS, "resnet50.onnx"), dims={"batch": 1})

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ struct PlanOptions {
   double time_limit = 10;              ///< seconds for the searching solvers
   /// Plan dims past the model's limits (table_limits) instead of refusing them.
   bool ignore_model_limits = false;
+  /// Called now and then by the searching solvers (plan::SolveOptions::progress): a front end
+  /// stops a long plan by throwing from it (Python's Ctrl-C). May be empty.
+  std::function<void(std::size_t best_arena, double elapsed_seconds)> progress;
 };
 
 /// A table that a Gather indexes by positions the model computes itself (a position embedding:

@@ -66,4 +66,11 @@ std::string to_text(const SolveReport& report);
 /// seconds, note}].
 std::string to_json(const SolveReport& report);
 
+/// The plan file (plan_json.hpp) of one solver's result, as `solve --output PLAN.json` writes
+/// it: the problem's name as source, the result's solver, lower bound and proof, the problem's
+/// capacity, and `peak_live_bound` as peak_live_bound_bytes. Python's Plan.to_json() of a
+/// solve() writes the same.
+std::string plan_file_json(const Problem& problem, const SolveResult& result,
+                           std::size_t peak_live_bound);
+
 }  // namespace modelmem::plan

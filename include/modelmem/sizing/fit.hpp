@@ -50,5 +50,10 @@ std::vector<FitResult> fit_each(const FitRequest& request);
 
 std::string render_text(const FitResult& result);
 nlohmann::json fit_json(const FitResult& result);  ///< the "fit" object of `plan --json`
+/// What `plan --fit DIM --json` writes: the device plan at the value (render_json of at_value;
+/// no members when no value fits) with "fit": fit_json(result).
+nlohmann::json render_json(const FitResult& result);
+/// What `plan --fit DIM --fit-each --json` writes: {"fit_each": [render_json(each model)]}.
+nlohmann::json render_json(const std::vector<FitResult>& each);
 
 }  // namespace modelmem::sizing
