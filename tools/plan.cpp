@@ -209,11 +209,12 @@ void setup_plan(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"stored", "memory"}))
       ->capture_default_str();
   cmd->add_option("--runtime", args->runtime,
-                  "Plan for a static executor with in-place reuse (static) or for PyTorch-style "
-                  "eager execution (eager); both figures are printed")
+                  "static or eager: plan for a static executor with in-place reuse (static) or "
+                  "for PyTorch-style eager execution (eager); both figures are printed")
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype,
-                  "Plan float32 activations and weights as fp16 or bf16 (2 bytes)")
+                  "fp32 (as stored), fp16 or bf16: plan float32 activations and weights at that "
+                  "width")
       ->capture_default_str();
   cmd->add_flag("--keep-weights-dtype", args->keep_weights_dtype,
                 "With --dtype: convert the activations only, weights as stored");
@@ -237,7 +238,8 @@ void setup_plan(CLI::App& app, int& exit_code) {
                   "size (512MiB) or a fraction of --device-memory (0.05, 5%); default per "
                   "--device-kind");
   cmd->add_option("--device-kind", args->device_kind,
-                  "The device the plan is for: its default --overhead (cuda, npu: 1 GiB; host: 0)")
+                  "cuda, npu or host: the device the plan is for, its default --overhead (cuda, "
+                  "npu: 1 GiB; host: 0)")
       ->capture_default_str();
   cmd->add_option("--fit", args->fit,
                   "The largest value of this dim (batch, seq, ...) whose need fits "
@@ -270,6 +272,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
     }
     if (!args->models.empty())
       throw InvalidInput("--serve MODEL plans one model: give no other model");
+    sizing::parse_backend(args->device_kind);  // refused as without --serve
     exit_code =
         run_plan_serve(*serve,
                        {args->device_memory, cmd->count("--dtype") ? args->dtype : "",
