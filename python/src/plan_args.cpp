@@ -120,4 +120,25 @@ std::vector<std::string> paths_arg(const py::object& value) {
   return out;
 }
 
+PlanArgs plan_args(const py::object& dims, const py::object& dtype, const std::string& runtime,
+                   const py::object& strategy, const py::object& overhead,
+                   const std::string& device_kind, bool keep_weights_dtype,
+                   std::optional<double> safety, const std::string& order,
+                   const std::string& solver, double time_limit, bool ignore_model_limits) {
+  PlanArgs a;
+  a.dims = dims;
+  a.dtype = dtype;
+  a.runtime = runtime;
+  a.strategy = strategy;
+  a.overhead = overhead;
+  a.device_kind = device_kind;
+  a.keep_weights_dtype = keep_weights_dtype;
+  a.safety = safety;
+  a.order = order;
+  a.solver = solver;
+  a.time_limit = time_limit;
+  a.ignore_model_limits = ignore_model_limits;
+  return a;
+}
+
 }  // namespace modelmem::python

@@ -32,6 +32,13 @@ struct PlanArgs {
   std::string device_kind = "cuda";  ///< --device-kind
 };
 
+/// The arguments plan(), fit() and plan_device() share (the others keep their defaults).
+PlanArgs plan_args(const py::object& dims, const py::object& dtype, const std::string& runtime,
+                   const py::object& strategy, const py::object& overhead,
+                   const std::string& device_kind, bool keep_weights_dtype,
+                   std::optional<double> safety, const std::string& order,
+                   const std::string& solver, double time_limit, bool ignore_model_limits);
+
 /// The options `plan` builds from its flags; the progress hook stops a long search on Ctrl-C
 /// (run the planning call inside run_interruptible()).
 model::PlanOptions plan_options(const PlanArgs& args);

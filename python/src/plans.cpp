@@ -347,22 +347,12 @@ void bind_plans(py::module_& m) {
          const py::object& overhead, const std::string& device_kind, bool keep_weights_dtype,
          std::size_t alignment, std::optional<double> safety, const py::object& lengths,
          bool ignore_model_limits) {
-        PlanArgs a;
-        a.dims = dims;
-        a.dtype = dtype;
-        a.order = order;
+        PlanArgs a =
+            plan_args(dims, dtype, runtime, strategy, overhead, device_kind, keep_weights_dtype,
+                      safety, order, solver, time_limit, ignore_model_limits);
         a.buckets = buckets;
-        a.solver = solver;
-        a.time_limit = time_limit;
-        a.runtime = runtime;
-        a.strategy = strategy;
-        a.overhead = overhead;
-        a.device_kind = device_kind;
-        a.keep_weights_dtype = keep_weights_dtype;
         a.alignment = alignment;
-        a.safety = safety;
         a.lengths = lengths;
-        a.ignore_model_limits = ignore_model_limits;
         return plan_model(path, a);
       },
       py::arg("path"), py::arg("dims") = py::none(), py::arg("dtype") = py::none(),
