@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, SOURCE
+from conftest import CLI, SOURCE, needs_torch, run_python
 
 modelmem = pytest.importorskip("modelmem")
 
@@ -197,6 +197,22 @@ def test_plan_device_is_the_clis(tmp_path):
     c = modelmem.config(d.config)
     assert c["pools"] and all(f"{m['pool']}:{m['quota_bytes'] >> 20}" in d.config
                               for m in d.models)
+
+
+@needs_torch
+def test_plan_devices_string_gives_each_pool_its_quota():
+    # The journey: the one-process string goes to the allocator as it is; modelmem.pool(name)
+    # finds each model's pool with the quota plan_device() printed (a fresh process: one CPU
+    # allocator per process).
+    r = run_python("""
+import modelmem, modelmem.torch as mt
+d = modelmem.plan_device([%r, %r], "1GiB", dims={"batch": 1, "n": 4}, device_kind="host")
+h = mt.use_cpu_allocator(d.config)
+for m in d.models:
+    assert modelmem.pool(m["pool"]).quota == m["quota_bytes"] > 0, m
+print("ok", d.config)
+""" % (path("resnet50"), path("tiny")))
+    assert r.returncode == 0 and r.stdout.startswith("ok pools:[resnet50:"), r.stdout + r.stderr
 
 
 def test_solve_plan_json_is_the_clis(tmp_path):
