@@ -36,6 +36,7 @@
 #include "modelmem/monitor/view.hpp"
 #include "modelmem/plan/exact.hpp"
 #include "modelmem/plan/heuristics.hpp"
+#include "modelmem/plan/mindspore_tracker.hpp"
 #include "modelmem/plan/period.hpp"
 #include "modelmem/plan/plan_file.hpp"
 #include "modelmem/plan/plan_io.hpp"

@@ -176,6 +176,7 @@ class Advice:
     topic: str
     message: str
     config: str  # a complete config string modelmem.config accepts; "" when none
+    mindspore: str  # MindSpore tracker files: the static pool as mindspore.runtime.set_memory(...)
 
 class StepStats:
     begin: int

@@ -100,6 +100,9 @@ void bind_traces(py::module_& m) {
       .def_readonly("message", &trace::Advice::message)
       .def_readonly("config", &trace::Advice::config,
                     "a complete config string modelmem.config accepts (empty when none)")
+      .def_readonly("mindspore", &trace::Advice::mindspore,
+                    "for a MindSpore memory-tracker file, the static pool as "
+                    "mindspore.runtime.set_memory(...) (empty otherwise)")
       .def("__repr__", [](const trace::Advice& a) {
         return fmt::format("<Advice {}: {}>", a.topic, a.message);
       });

@@ -16,6 +16,7 @@
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
+#include "modelmem/plan/mindspore_tracker.hpp"
 #include "modelmem/plan/plan_io.hpp"
 
 namespace modelmem::plan {
@@ -299,6 +300,7 @@ void write_field(std::ostream& out, const std::string& s) {
 }  // namespace
 
 Problem parse_problem_csv(std::string_view text, const std::string& source) {
+  if (is_tracker_blocks(text)) return tracker_problem(parse_tracker_blocks(text, source));
   return Reader(text, source).read(false).problem;
 }
 
@@ -315,7 +317,10 @@ PlannedProblem read_plan_csv(const std::filesystem::path& path) {
 }
 
 PlannedProblem read_problem_and_plan_csv(const std::filesystem::path& path) {
-  return Reader(read_file(path), path.string()).read(false);
+  const std::string text = read_file(path);
+  if (is_tracker_blocks(text))  // MindSpore's memory_block.csv: a problem without offsets
+    return {tracker_problem(parse_tracker_blocks(text, path.string())), {}};
+  return Reader(text, path.string()).read(false);
 }
 
 void write_plan_csv(std::ostream& out, const Problem& problem, const Plan& plan) {

@@ -230,6 +230,22 @@ void advise_reserved(const State& state, Analysis& a, const AnalyzeOptions& opti
   add_checked(state, a, options, std::move(advice), config);
 }
 
+// The static-pool advice for MindSpore's own pool (a trace from its memory tracker): what each
+// value is, and that MindSpore's pool itself was not run.
+void add_mindspore(const State& state, Advice& advice, std::size_t need, std::size_t advised,
+                   std::size_t margin_pct, bool checked) {
+  if (state.trace.format != "mindspore") return;
+  advice.mindspore = mindspore_set_memory(need, advised);
+  advice.message += fmt::format(
+      ". For MindSpore's own pool: init_size = that need ({} MiB), max_size = the need + the "
+      "{}% margin ({} MiB), increase_size = the difference, in MindSpore's GB (2^30 bytes); {}",
+      need / kMiB, margin_pct, advised / kMiB,
+      checked ? "the sizes are modelmem's best-fit static pool replaying the tracker's blocks, "
+                "which the pluggable allocator (modelmem_ms_alloc) serves with the config "
+                "string; MindSpore's pool itself was not run here"
+              : "not checked by a replay, and MindSpore's pool itself was not run here");
+}
+
 void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& options) {
   if (a.allocs == 0) return;
   const std::size_t margin_pct = static_cast<std::size_t>(options.margin * 100.0 + 0.5);
@@ -239,14 +255,16 @@ void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& o
     const std::size_t advised =
         ceil_mib(a.best_fit_pool + static_cast<std::size_t>(options.margin * a.best_fit_pool));
     a.static_pool_bytes = advised * kMiB;
-    a.advice.push_back(
-        {"static-pool",
-         fmt::format("A best-fit pool replaying this trace reaches {} (about {} MiB; peak live "
-                     "{}); with a {}% margin for inputs not in the trace: {} MiB (not checked "
-                     "by a replay).",
-                     format_bytes(a.best_fit_pool), need, format_bytes(a.peak_live), margin_pct,
-                     advised),
-         static_config(advised), std::nullopt});
+    Advice advice{
+        "static-pool",
+        fmt::format("A best-fit pool replaying this trace reaches {} (about {} MiB; peak live "
+                    "{}); with a {}% margin for inputs not in the trace: {} MiB (not checked "
+                    "by a replay)",
+                    format_bytes(a.best_fit_pool), need, format_bytes(a.peak_live), margin_pct,
+                    advised),
+        static_config(advised), std::nullopt};
+    add_mindspore(state, advice, need * kMiB, advised * kMiB, margin_pct, false);
+    a.advice.push_back(std::move(advice));
     return;
   }
   StaticPoolSize size;
@@ -265,14 +283,16 @@ void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& o
   const std::size_t need = size.need_bytes / kMiB, advised = size.advised_bytes / kMiB;
   const AdviceCheck check = size.check;
   a.static_pool_bytes = size.advised_bytes;
-  a.advice.push_back(
-      {"static-pool",
-       fmt::format("A static pool (strategy:static, best fit) needs {} MiB to replay this trace "
-                   "with no OOM (peak live {}, the simulated best-fit pool {}); with a {}% "
-                   "margin for inputs not in the trace: {} MiB ({})",
-                   need, format_bytes(a.peak_live), format_bytes(a.best_fit_pool), margin_pct,
-                   advised, checked_text(check)),
-       static_config(advised), check});
+  Advice advice{
+      "static-pool",
+      fmt::format("A static pool (strategy:static, best fit) needs {} MiB to replay this trace "
+                  "with no OOM (peak live {}, the simulated best-fit pool {}); with a {}% "
+                  "margin for inputs not in the trace: {} MiB ({})",
+                  need, format_bytes(a.peak_live), format_bytes(a.best_fit_pool), margin_pct,
+                  advised, checked_text(check)),
+      static_config(advised), check};
+  add_mindspore(state, advice, size.need_bytes, size.advised_bytes, margin_pct, true);
+  a.advice.push_back(std::move(advice));
 }
 
 }  // namespace
@@ -302,6 +322,28 @@ void advise(const State& state, Analysis& a, const AnalyzeOptions& options) {
 }  // namespace modelmem::trace::detail
 
 namespace modelmem::trace {
+
+namespace {
+
+// Whole MiB in MindSpore's GB (2^30 bytes), exactly: MIB/1024 has at most 10 decimals.
+std::string gb(std::size_t bytes) {
+  std::string s = fmt::format("{:.10f}", static_cast<double>(bytes / detail::kMiB) / 1024.0);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s + "GB";
+}
+
+}  // namespace
+
+std::string mindspore_set_memory(std::size_t init_bytes, std::size_t max_bytes) {
+  if (init_bytes == 0 || init_bytes % detail::kMiB != 0 || max_bytes % detail::kMiB != 0 ||
+      max_bytes < init_bytes)
+    throw InvalidInput(fmt::format("set_memory: sizes {} and {} must be whole MiB, 0 < init <= max",
+                                   init_bytes, max_bytes));
+  std::string s = "mindspore.runtime.set_memory(init_size=\"" + gb(init_bytes) + "\"";
+  if (max_bytes > init_bytes) s += ", increase_size=\"" + gb(max_bytes - init_bytes) + "\"";
+  return s + ", max_size=\"" + gb(max_bytes) + "\")";
+}
 
 StaticPoolSize advised_static_pool(const Trace& trace, double margin) {
   using detail::ceil_mib;

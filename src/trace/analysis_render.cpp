@@ -64,6 +64,7 @@ std::string to_text(const Analysis& a) {
   for (const Advice& adv : a.advice) {
     line(fmt::format("  [{}] {}", adv.topic, adv.message));
     if (!adv.config.empty()) line(fmt::format("      config: {}", adv.config));
+    if (!adv.mindspore.empty()) line(fmt::format("      MindSpore: {}", adv.mindspore));
   }
   if (!a.skipped.empty()) {
     line("skipped / notes:");
@@ -152,7 +153,8 @@ nlohmann::json to_json(const Analysis& a) {
     advice.push_back({{"topic", adv.topic},
                       {"message", adv.message},
                       {"config", adv.config.empty() ? json(nullptr) : json(adv.config)},
-                      {"check", check}});
+                      {"check", check},
+                      {"mindspore", adv.mindspore.empty() ? json(nullptr) : json(adv.mindspore)}});
   }
   j["advice"] = advice;
   j["skipped"] = a.skipped;

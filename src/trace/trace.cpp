@@ -6,6 +6,7 @@
 #include <charconv>
 #include <fstream>
 #include <istream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -141,6 +142,13 @@ Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& 
           name));
     auto fields = split(text);
     if (!have_header) {
+      if (plan::is_tracker_blocks(text)) {  // MindSpore's memory_block.csv: read the rest as one
+        std::string rest(line);
+        rest += '\n';
+        rest.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (in.bad()) throw InvalidInput(fmt::format("{}: read error", name));
+        return from_tracker(plan::parse_tracker_blocks(rest, name, line_no, options.skip_bad));
+      }
       for (std::size_t i = 0; i < fields.size(); ++i)
         for (int c = 0; c < kColumns; ++c)
           if (fields[i] == kColumnNames[c]) column_of[c] = static_cast<int>(i);
@@ -276,6 +284,8 @@ Trace read_traces(const std::vector<std::filesystem::path>& paths, const ReadOpt
     std::inplace_merge(
         merged.events.begin(), merged.events.begin() + middle, merged.events.end(),
         [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+    if (i == 0) merged.format = t.format;
+    if (merged.format != t.format) merged.format.clear();  // a mix: nothing to say of all
     merged.dropped += t.dropped;
     merged.skipped_lines += t.skipped_lines;
     merged.warnings.insert(merged.warnings.end(), t.warnings.begin(), t.warnings.end());

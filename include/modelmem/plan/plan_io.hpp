@@ -15,7 +15,10 @@
 //                               throughout)
 // Sizes are non-negative decimal integers; times are integers and may be negative (down to
 // -2^62: MindSpore's SOMAS files start tensors at -1), kept as they are (only differences matter).
-// Blank lines are skipped; CRLF is accepted.
+// Blank lines are skipped; CRLF is accepted. A file whose header is MindSpore's memory tracker's
+// (memory_block.csv: start_time_stamp, end_time_stamp, size, ...) is read as the problem its
+// blocks make (plan/mindspore_tracker.hpp) by parse_problem_csv, read_problem_csv and
+// read_problem_and_plan_csv.
 //
 // Every malformed input throws InvalidInput with one line "FILE:LINE: what is wrong" (missing
 // or unknown column, non-numeric, negative or out-of-range value, zero size, upper <= lower,

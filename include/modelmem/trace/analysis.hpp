@@ -82,6 +82,9 @@ struct Advice {
   /// empty when the advice has no setting. Never one whose replay had an OOM.
   std::string config;
   std::optional<AdviceCheck> check;  ///< the replay through `config`, when one ran
+  /// For a trace from MindSpore's memory tracker (Trace::format "mindspore"), the static-pool
+  /// advice as MindSpore's own setting: mindspore_set_memory() of the need and the advised size.
+  std::string mindspore = {};
 };
 
 struct Analysis {
@@ -162,6 +165,13 @@ struct StaticPoolSize {
   AdviceCheck check;
 };
 StaticPoolSize advised_static_pool(const Trace& trace, double margin = 0.10);
+
+/// `mindspore.runtime.set_memory(init_size="A", increase_size="B", max_size="C")` for a pool
+/// of `init_bytes` that may grow once to `max_bytes` (whole MiB each): A = init_bytes, C =
+/// max_bytes, B = their difference (left out when 0), in MindSpore's unit GB = 2^30 bytes
+/// (kGBToByte), written exactly (a MiB is 0.0009765625GB) in the "xxGB" form set_memory
+/// accepts.
+std::string mindspore_set_memory(std::size_t init_bytes, std::size_t max_bytes);
 
 /// The smallest arena among the named solver (or, when empty, every heuristic registered)
 /// for `problem`; sets `solver_used`. Returns 0 for an empty problem.

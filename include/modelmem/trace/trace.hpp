@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "modelmem/alloc/allocator.hpp"
+#include "modelmem/plan/mindspore_tracker.hpp"
 #include "modelmem/plan/problem.hpp"
 
 namespace modelmem::trace {
@@ -37,6 +38,9 @@ struct Trace {
   std::uint64_t dropped = 0;          ///< events the recorder lost to a full ring buffer
   std::size_t skipped_lines = 0;      ///< malformed lines skipped (ReadOptions::skip_bad)
   std::vector<std::string> warnings;  ///< what reading skipped or found odd, one line each
+  /// Where the events came from when not a modelmem trace: "mindspore" for MindSpore's memory
+  /// tracker (memory_block.csv); empty otherwise.
+  std::string format;
 };
 
 struct ReadOptions {
@@ -53,7 +57,8 @@ struct ReadOptions {
 /// with a warning and counted in Trace::skipped_lines; events out of time order are kept in
 /// file order with a warning. Throws InvalidInput for a missing file, a directory, an
 /// unreadable file, or a missing or unusable header. A file that starts like a pickle is read
-/// as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp).
+/// as a PyTorch / torch_npu memory snapshot (read_snapshot, trace/snapshot.hpp); a header naming
+/// start_time_stamp, end_time_stamp and size as MindSpore's memory_block.csv (from_tracker).
 Trace read_trace(const std::filesystem::path& path, const ReadOptions& options = {});
 Trace parse_trace(std::istream& in, const std::string& name, const ReadOptions& options = {});
 /// Several traces read as one (the files of one `modelmem run --trace T.csv`: T.csv and one
@@ -66,6 +71,15 @@ Trace read_traces(const std::vector<std::filesystem::path>& paths, const ReadOpt
 /// when events were dropped). read_trace gives back the same events.
 void write_csv(const Trace& trace, std::ostream& out);
 void write_csv(const Trace& trace, const std::filesystem::path& path);
+
+/// MindSpore's memory tracker blocks (plan/mindspore_tracker.hpp) as a trace: an alloc at each
+/// block's start_time_stamp and a free at its end_time_stamp (none when never freed), in stamp
+/// order (frees first at one stamp). The stamps count the tracker's operations, not time: an
+/// event's time_ns is its stamp x 1000 (one tick shows as 1 us), said in a warning. Each block
+/// keeps its device_addr; a block with none, or at an address a live block still holds, gets
+/// one of its own above every recorded address (counted in a warning). The label is the
+/// block's node_name, else its type. format = "mindspore".
+Trace from_tracker(const plan::TrackerFile& file);
 
 /// Drains a recorder into a Trace (its dropped count included).
 Trace from_recorder(Recorder& recorder, std::string name = "recorded");
