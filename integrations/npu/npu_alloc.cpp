@@ -151,8 +151,26 @@ MODELMEM_EXPORT void* modelmem_npu_alloc(size_t size, int device, void* stream) 
   return allocate_on(device, size, stream);
 }
 
+namespace {
+
+// A failed free: reported on stderr (the framework's free has no error path) and kept as the
+// thread's last error, so modelmem_npu_last_error() names it rather than an older failure.
+void free_failed(void* ptr, const char* where, const char* why) noexcept {
+  char text[640];
+  std::snprintf(text, sizeof text, "free of %p%s failed: %s", ptr, where, why);
+  std::fprintf(stderr, "modelmem: %s\n", text);
+  try {
+    last_error = text;
+  } catch (...) {  // no memory for the message: the old one is cleared rather than kept
+    last_error.clear();
+  }
+}
+
+}  // namespace
+
 /// The free function; size, device and stream are those of the allocation. Never fails
-/// loudly (it runs inside destructors): a pointer that is not modelmem's is reported on stderr.
+/// loudly (it runs inside destructors): a pointer that is not modelmem's is reported on stderr
+/// and in modelmem_npu_last_error().
 MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, void* /*stream*/) {
   if (ptr == nullptr) return;
   alloc::Allocator* a = built(device);
@@ -160,7 +178,9 @@ MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, v
     if (a == nullptr) throw InvalidInput("no allocator was built for this device");
     a->deallocate(ptr);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "modelmem: free of %p on npu:%d failed: %s\n", ptr, device, e.what());
+    char where[32];
+    std::snprintf(where, sizeof where, " on npu:%d", device);
+    free_failed(ptr, where, e.what());
   }
 }
 
@@ -246,7 +266,7 @@ MODELMEM_EXPORT void modelmem_ms_free(void* ptr, size_t /*size*/, void* /*stream
       break;
     }
   }
-  std::fprintf(stderr, "modelmem: free of %p failed: %s\n", ptr, why.c_str());
+  free_failed(ptr, "", why.c_str());
 }
 
 // ---- per-model pools in one process (pools:[NAME:MiB,...] in the configuration) ----

@@ -421,8 +421,42 @@ def child_published_pools():
     table = subprocess.run([CLI, "info", "--pid", str(os.getpid())], capture_output=True,
                            text=True, check=True).stdout
     print(table)
+    # `modelmem top` once, not on a terminal (the npu-smi view, refreshed): every pool too.
+    frame = subprocess.run([CLI, "top", "-n", "1"], capture_output=True, text=True, check=True,
+                           timeout=60).stdout
+    print("top:")
+    print(frame)
     lib.modelmem_npu_free(p, 30 * MiB, 0, None)
     assert lib.modelmem_npu_pool_pop() == 0
+
+
+def child_last_error_names_the_failed_free():
+    """A failed free (a double free) replaces the thread's last error; it is never stale."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    assert lib.modelmem_npu_alloc(4096 * MiB, 0, None) is None
+    assert "NPU out of memory" in lib.modelmem_npu_last_error().decode()
+    p = lib.modelmem_npu_alloc(MiB, 0, None)
+    assert p
+    assert "NPU out of memory" in lib.modelmem_npu_last_error().decode()  # the last failure
+    lib.modelmem_npu_free(p, MiB, 0, None)
+    lib.modelmem_npu_free(p, MiB, 0, None)  # a double free
+    why = lib.modelmem_npu_last_error().decode()
+    assert why.startswith("free of 0x%x on npu:0 failed: " % p), why
+    assert "NPU out of memory" not in why, why
+    # MindSpore's free: the same.
+    assert lib.modelmem_npu_alloc(4096 * MiB, 0, None) is None
+    q = lib.modelmem_ms_alloc(MiB, None)
+    assert q
+    lib.modelmem_ms_free(q, MiB, None)
+    lib.modelmem_ms_free(q, MiB, None)
+    why = lib.modelmem_npu_last_error().decode()
+    assert why.startswith("free of 0x%x failed: " % q), why
+    # A free on a device without an allocator says so.
+    lib.modelmem_npu_free(q, MiB, 5, None)
+    why = lib.modelmem_npu_last_error().decode()
+    assert why == "free of 0x%x on npu:5 failed: no allocator was built for this device" % q, why
+    print("why:", why)
 
 
 # ---- the tests ----
@@ -649,10 +683,18 @@ class NpuPluggable(unittest.TestCase):
 
     @unittest.skipUnless(CLI, "MODELMEM_CLI is not set")
     def test_pools_of_one_process_each_published_with_its_quota(self):
+        # Scenario (e): `modelmem info` and `modelmem top` as the seed's npu-smi view.
         r = self.check("child_published_pools", MODELMEM_MONITOR="1",
                        MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]")
-        self.assertRegex(r.stdout, r"bert\s+npu:0")
-        self.assertRegex(r.stdout, r"resnet\s+npu:0")
+        info, top = r.stdout.split("\ntop:\n")
+        for view in (info, top):
+            self.assertRegex(view, r"bert\s+npu:0")
+            self.assertRegex(view, r"resnet\s+npu:0")
+            self.assertRegex(view, r"npu:0: [0-9.]+[KMGT]? total")  # the device's HBM line
+        self.assertIn("python", top)
+
+    def test_last_error_names_the_failed_free(self):
+        self.check("child_last_error_names_the_failed_free")
 
 
 if __name__ == "__main__":
