@@ -37,6 +37,19 @@ def test_to_dict_is_what_analyze_json_prints():
     assert "sites" in mine and mine == cli
 
 
+def test_mindspore_tracker_file_gives_set_memory():
+    # examples/ascend/memory_block.csv: a made-up run in MindSpore's memory tracker layout.
+    t = modelmem.Trace.load(os.path.join(SOURCE, "examples", "ascend", "memory_block.csv"))
+    a = t.analyze()
+    assert a.summary["peak_live"] == 18 << 20
+    pool = [x for x in a.advice if x.topic == "static-pool"][0]
+    assert pool.config == "strategy:static,static_pool_mb:20"
+    assert pool.mindspore == ('mindspore.runtime.set_memory(init_size="0.017578125GB", '
+                              'increase_size="0.001953125GB", max_size="0.01953125GB")')
+    assert a.to_dict()["advice"][-1]["mindspore"] == pool.mindspore
+    assert all(not x.mindspore for x in a.advice if x.topic != "static-pool")
+
+
 def test_trace_bad_input(tmp_path):
     with pytest.raises(modelmem.InvalidInputError, match="no such trace file"):
         modelmem.Trace.load("/nonexistent/trace.csv")

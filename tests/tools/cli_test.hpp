@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,15 @@ class CliTest : public ::testing::Test {
     r.out = slurp(out);
     r.err = slurp(err);
     return r;
+  }
+  /// A bad invocation: exit code 2, one line on stderr containing `needle`, nothing on stdout.
+  void expect_one_line_error(const std::string& args, const std::string& needle) {
+    SCOPED_TRACE(args);
+    CliRun r = run_cli(args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }
   std::filesystem::path write(const std::string& name, const std::string& text) {
     std::filesystem::path p = dir_ / name;

@@ -33,14 +33,6 @@ class MindSporeCli : public CliTest {
     EXPECT_EQ(r.code, j[0]["ooms"].get<long>() > 0 ? 1 : 0);
     return j[0]["ooms"].get<long>();
   }
-  void expect_one_line_error(const std::string& args, const std::string& needle) {
-    SCOPED_TRACE(args);
-    CliRun r = run_cli(args);
-    EXPECT_EQ(r.code, 2);
-    EXPECT_TRUE(r.out.empty()) << r.out;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-  }
   std::string file_;
 };
 

@@ -38,15 +38,6 @@ std::string quote(const std::string& s) {
 class TraceCli : public CliTest {
  protected:
   CliRun run(const std::string& args) { return run_cli(args); }
-  // A bad invocation: exit code 2, one line on stderr containing `needle`, nothing on stdout.
-  void expect_one_line_error(const std::string& args, const std::string& needle) {
-    SCOPED_TRACE(args);
-    CliRun r = run(args);
-    EXPECT_EQ(r.code, 2);
-    EXPECT_TRUE(r.out.empty()) << r.out;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-  }
 };
 
 std::string example_trace() {
