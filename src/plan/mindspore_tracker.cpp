@@ -94,12 +94,18 @@ std::optional<std::size_t> find(const std::vector<std::string>& names, std::stri
   return std::nullopt;
 }
 
+// Time stamps up to 2^53 (a run of that many operations is far beyond any real one; the trace
+// shows a tick as 1000 ns, which must fit in 64 bits), and the never-freed INT64_MAX.
 std::int64_t stamp(std::string_view f, const char* column) {
   std::int64_t v = 0;
   auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
   if (f.empty() || ec != std::errc() || end != f.data() + f.size())
     throw BadRow{std::string("column '") + column + "': '" + printable(f) +
                  "' is not a whole number (a time stamp)"};
+  if (v > (std::int64_t{1} << 53) && v != kNeverFreed)
+    throw BadRow{std::string("column '") + column + "': " + std::to_string(v) +
+                 " is too large for a time stamp (at most 2^53, or 9223372036854775807 for a "
+                 "block never freed)"};
   return v;
 }
 
@@ -206,6 +212,8 @@ TrackerFile parse_tracker_blocks(std::string_view text, const std::string& sourc
         ++out.inside_somas;
         continue;
       }
+      if (b.start == kNeverFreed)
+        throw BadRow{"column 'start_time_stamp': " + std::to_string(b.start) + " is too large"};
       if (b.start < 0)
         throw BadRow{"column 'start_time_stamp': " + std::to_string(b.start) +
                      " is negative (only SOMAS's inner tensors have -1, with end_time_stamp -1)"};

@@ -99,6 +99,11 @@ TEST(MindSporeTracker, MalformedRowsNameFileLineAndColumn) {
        "memory_block.csv:2: unterminated quoted field"},
       {"start_time_stamp,end_time_stamp,size\n1,2,3\x01\n",
        "memory_block.csv:2: not a CSV text file (control byte 0x01)"},
+      {kHeader + "\n" + row("9223372036854775807", "9223372036854775807", "5"),
+       "memory_block.csv:2: column 'start_time_stamp': 9223372036854775807 is too large"},
+      {kHeader + "\n" + row("1", "9007199254740993", "5"),
+       "memory_block.csv:2: column 'end_time_stamp': 9007199254740993 is too large for a time "
+       "stamp (at most 2^53"},
       {"start_time_stamp,end_time_stamp,size\n1,2,99999999999999999999\n",
        "memory_block.csv:2: column 'size': 99999999999999999999 does not fit in 64 bits"},
   };
