@@ -273,11 +273,10 @@ void setup_plan(CLI::App& app, int& exit_code) {
     if (!args->models.empty())
       throw InvalidInput("--serve MODEL plans one model: give no other model");
     sizing::parse_backend(args->device_kind);  // refused as without --serve
-    exit_code =
-        run_plan_serve(*serve,
-                       {args->device_memory, cmd->count("--dtype") ? args->dtype : "",
-                        args->lengths, args->json, cmd->count("--runtime") ? args->runtime : ""},
-                       cmd);
+    exit_code = run_plan_serve(
+        *serve, {args->device_memory, cmd->count("--dtype") ? args->dtype : "", args->lengths,
+                 args->json, cmd->count("--runtime") ? args->runtime : "", args->strategy,
+                 args->overhead, args->device_kind});
   });
 }
 

@@ -69,16 +69,15 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
   cmd->add_option("--tp", a->tp, "--serve: tensor-parallel ranks (weights and KV heads per rank)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  if (cmd->get_option_no_throw("--overhead") == nullptr)
-    cmd->add_option("--overhead", a->overhead,
-                    "--serve: bytes beside weights, activations and KV (runtime context, graph "
-                    "capture): SIZE (512MiB)");
   cmd->add_option("--mean-context", a->mean_context,
                   "--serve: capacity for requests of this mean length (or --lengths FILE)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv", a->kv,
                   "--serve: a KV pair INPUT=OUTPUT of an ONNX decoder (repeatable; default: "
                   "past*/present* by name)");
+  cmd->add_option("--kv-window", a->kv_window,
+                  "--serve: a sliding window of an ONNX decoder's KV cache: N (every pair) or "
+                  "NAME=N (a KV input or layer number; repeatable; default: found in the graph)");
   cmd->add_option("--onnx", a->onnx,
                   "--serve with a checkpoint: plan the step activations from this ONNX export");
   cmd->add_option("--engine-fraction", a->engine_fraction,
@@ -87,7 +86,7 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
   return a;
 }
 
-int run_plan_serve(const ServeArgs& a, const PlanShared& shared, const CLI::App* cmd) {
+int run_plan_serve(const ServeArgs& a, const PlanShared& shared) {
   sizing::ServeOptions o;
   if (shared.device_memory.empty())
     throw InvalidInput("--serve needs --device-memory SIZE (64GiB) or a device (cuda:0, npu:0)");
@@ -98,13 +97,13 @@ int run_plan_serve(const ServeArgs& a, const PlanShared& shared, const CLI::App*
   o.dtype = shared.dtype;
   o.kv_dtype = a.kv_dtype;
   o.tp = a.tp;
-  std::string overhead = a.overhead;
-  if (const CLI::Option* opt = cmd->get_option_no_throw("--overhead"); opt && opt->count() > 0)
-    overhead = opt->as<std::string>();
-  if (!overhead.empty()) o.overhead = model::parse_size(overhead, "--overhead");
+  o.overhead = shared.overhead;
+  o.strategy = shared.strategy;
+  o.backend = sizing::parse_backend(shared.device_kind);
   o.lengths_path = shared.lengths;
   if (a.mean_context > 0) o.mean_context = a.mean_context;
   for (const auto& k : a.kv) o.kv_pairs.push_back(model::parse_kv_pair(k));
+  for (const auto& w : a.kv_window) o.kv_windows.push_back(model::parse_kv_window(w));
   o.onnx = a.onnx;
   if (!shared.runtime.empty()) o.runtime = shared.runtime;
   o.engine_fraction = a.engine_fraction;

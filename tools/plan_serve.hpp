@@ -1,6 +1,7 @@
 // `modelmem plan --serve MODEL`: the serving plan of a decoder LLM (sizing/serving.hpp). Its
 // options are added to `plan` by add_serve_options(); the flags it shares with plan
-// (--device-memory, --dtype, --lengths, --json, --runtime) are read from plan's own.
+// (--device-memory, --dtype, --lengths, --json, --runtime, --strategy, --overhead,
+// --device-kind) are read from plan's own.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,9 +19,9 @@ struct ServeArgs {
   std::int64_t max_num_seqs = 256;
   std::string kv_dtype;
   int tp = 1;
-  std::string overhead;
   double mean_context = 0;
   std::vector<std::string> kv;
+  std::vector<std::string> kv_window;
   std::string onnx;
   double engine_fraction = 0.9;
 };
@@ -31,10 +32,13 @@ struct PlanShared {
   std::string dtype;  ///< "" when --dtype was not given
   std::string lengths;
   std::string json;
-  std::string runtime;  ///< "" when --runtime was not given
+  std::string runtime;      ///< "" when --runtime was not given
+  std::string strategy;     ///< --strategy: the need of the weights and the steps
+  std::string overhead;     ///< --overhead text ("" = the device kind's default)
+  std::string device_kind;  ///< --device-kind
 };
 
 std::shared_ptr<ServeArgs> add_serve_options(CLI::App* plan);
-int run_plan_serve(const ServeArgs& args, const PlanShared& shared, const CLI::App* plan);
+int run_plan_serve(const ServeArgs& args, const PlanShared& shared);
 
 }  // namespace modelmem::tools

@@ -151,9 +151,11 @@ def solver_names() -> List[str]: ...
 def plan_serving(model: _Path, device_memory: Union[int, str], context: int = 0,
                  block_size: int = 16, max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                  dtype: Optional[str] = None, kv_dtype: Optional[str] = None, tp: int = 1,
-                 overhead: Union[int, str] = 0, lengths: Optional[_Path] = None,
+                 overhead: Union[int, str, None] = None, lengths: Optional[_Path] = None,
                  mean_context: Optional[float] = None, kv: Sequence[str] = (),
-                 onnx: Optional[_Path] = None, runtime: str = "eager") -> Dict[str, Any]: ...
+                 onnx: Optional[_Path] = None, runtime: str = "eager",
+                 strategy: Optional[str] = None, device_kind: str = "cuda",
+                 kv_window: Sequence[str] = ()) -> Dict[str, Any]: ...
 
 class Placement:
     fits: bool

@@ -26,13 +26,17 @@ std::size_t size_of(const py::object& v, const std::string& what) {
   return model::parse_size(py::str(v).cast<std::string>(), what);
 }
 
-py::object plan_serving(
-    const std::filesystem::path& model, const py::object& device_memory, std::int64_t context,
-    std::int64_t block_size, std::int64_t max_batched_tokens, std::int64_t max_num_seqs,
-    const std::optional<std::string>& dtype, const std::optional<std::string>& kv_dtype, int tp,
-    const py::object& overhead, const std::optional<std::filesystem::path>& lengths,
-    std::optional<double> mean_context, const std::vector<std::string>& kv,
-    const std::optional<std::filesystem::path>& onnx, const std::string& runtime) {
+py::object plan_serving(const std::filesystem::path& model, const py::object& device_memory,
+                        std::int64_t context, std::int64_t block_size,
+                        std::int64_t max_batched_tokens, std::int64_t max_num_seqs,
+                        const std::optional<std::string>& dtype,
+                        const std::optional<std::string>& kv_dtype, int tp,
+                        const py::object& overhead,
+                        const std::optional<std::filesystem::path>& lengths,
+                        std::optional<double> mean_context, const std::vector<std::string>& kv,
+                        const std::optional<std::filesystem::path>& onnx,
+                        const std::string& runtime, const std::optional<std::string>& strategy,
+                        const std::string& device_kind, const std::vector<std::string>& kv_window) {
   sizing::ServeOptions o;
   o.device_memory = size_of(device_memory, "device_memory");
   o.context = context;
@@ -42,10 +46,15 @@ py::object plan_serving(
   o.dtype = dtype.value_or("");
   o.kv_dtype = kv_dtype.value_or("");
   o.tp = tp;
-  o.overhead = size_of(overhead, "overhead");
+  if (!overhead.is_none())
+    o.overhead = py::isinstance<py::int_>(overhead) ? std::to_string(size_of(overhead, "overhead"))
+                                                    : py::str(overhead).cast<std::string>();
+  o.strategy = strategy.value_or("");
+  o.backend = sizing::parse_backend(device_kind);
   if (lengths) o.lengths_path = lengths->string();
   o.mean_context = mean_context;
   for (const auto& k : kv) o.kv_pairs.push_back(model::parse_kv_pair(k));
+  for (const auto& w : kv_window) o.kv_windows.push_back(model::parse_kv_window(w));
   if (onnx) o.onnx = onnx->string();
   o.runtime = runtime;
   std::string text;
@@ -63,17 +72,21 @@ void bind_serving(py::module_& m) {
       "plan_serving", &plan_serving, py::arg("model"), py::arg("device_memory"),
       py::arg("context") = 0, py::arg("block_size") = 16, py::arg("max_batched_tokens") = 8192,
       py::arg("max_num_seqs") = 256, py::arg("dtype") = py::none(),
-      py::arg("kv_dtype") = py::none(), py::arg("tp") = 1, py::arg("overhead") = 0,
+      py::arg("kv_dtype") = py::none(), py::arg("tp") = 1, py::arg("overhead") = py::none(),
       py::arg("lengths") = py::none(), py::arg("mean_context") = py::none(),
       py::arg("kv") = std::vector<std::string>{}, py::arg("onnx") = py::none(),
-      py::arg("runtime") = "eager",
+      py::arg("runtime") = "eager", py::arg("strategy") = py::none(),
+      py::arg("device_kind") = "cuda", py::arg("kv_window") = std::vector<std::string>{},
       R"(The serving plan of a decoder LLM (what `modelmem plan --serve MODEL` prints), as the dict
 of its --json: weights_bytes, activation_bytes (decode_ and prefill_activation_bytes),
 kv_bytes_per_token, kv_tokens, max_concurrency, max_context, engines (per engine, a dict of
 setting -> value) and the rest. model: an ONNX decoder exported with its KV cache or a Hugging
 Face checkpoint folder; device_memory: bytes or "64GiB"; context 0: the model's max positions
-(8192 for ONNX); kv: ["INPUT=OUTPUT", ...] names the KV pairs of an export; onnx: with a
-checkpoint, the export its step activations are planned from. Raises InvalidInputError for a bad
+(8192 for ONNX); kv: ["INPUT=OUTPUT", ...] names the KV pairs of an export; kv_window: ["N"] or ["NAME=N", ...]
+gives sliding windows (else found in the export's graph); onnx: with a
+checkpoint, the export its step activations are planned from; strategy, overhead and
+device_kind as for plan(): the weights and the steps are sized on the strategy that serves them
+(need_bytes), the overhead defaults per device kind (cuda 1 GiB). Raises InvalidInputError for a bad
 model or argument, or when nothing is left for the KV cache.)");
 }
 

@@ -258,9 +258,10 @@ KvCache kv_cache_of(const ModelConfig& c, std::size_t element_size, int tp) {
   return kv;
 }
 
-std::size_t Checkpoint::weights_per_rank(int tp, std::size_t float_bytes) const {
+std::vector<std::size_t> Checkpoint::tensor_bytes_per_rank(int tp, std::size_t float_bytes) const {
   if (tp <= 0) throw InvalidInput(fmt::format("--tp {}: must be a positive number of ranks", tp));
-  std::size_t sum = 0;
+  std::vector<std::size_t> out;
+  out.reserve(tensors.size());
   for (const auto& t : tensors) {
     std::size_t count = 1;
     for (auto d : t.shape) count *= static_cast<std::size_t>(d);
@@ -269,8 +270,15 @@ std::size_t Checkpoint::weights_per_rank(int tp, std::size_t float_bytes) const 
       esize = float_bytes;
     if (t.shape.size() >= 2)
       count = (count + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
-    sum = checked_add(sum, checked_mul(count, esize, "weights bytes"), "weights bytes");
+    out.push_back(checked_mul(count, esize, "weights bytes"));
   }
+  return out;
+}
+
+std::size_t Checkpoint::weights_per_rank(int tp, std::size_t float_bytes) const {
+  std::size_t sum = 0;
+  for (std::size_t b : tensor_bytes_per_rank(tp, float_bytes))
+    sum = checked_add(sum, b, "weights bytes");
   return sum;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/model/graph.hpp"
 
 namespace modelmem::model {
 
@@ -225,6 +227,69 @@ DecoderSignature read_decoder_signature(
   return sig;
 }
 
+void find_kv_windows(const std::string& path, DecoderSignature& sig,
+                     const std::vector<std::int64_t>& probe_pasts) {
+  if (sig.past_dim.empty()) return;
+  for (std::int64_t past : probe_pasts) {
+    if (past <= 0) continue;
+    Graph g;
+    try {
+      LoadOptions load;
+      load.dims = step_dims(sig, 1, 1, past);
+      g = load_onnx(path, load);
+    } catch (const InvalidInput&) {
+      continue;  // a graph that cannot take this many cached tokens (a fixed-size mask)
+    }
+    for (auto& p : sig.pairs) {
+      if (p.length_axis < 0 || p.window > 0) continue;
+      const int t = g.find_tensor(p.output);
+      if (t < 0) continue;
+      const auto& shape = g.tensors[t].shape;
+      const auto axis = static_cast<std::size_t>(p.length_axis);
+      if (axis < shape.size() && shape[axis] > 0 && shape[axis] < past + 1) {
+        p.window = shape[axis];
+        p.window_source = "graph";
+      }
+    }
+    return;
+  }
+}
+
+std::pair<std::string, std::int64_t> parse_kv_window(const std::string& text) {
+  const auto eq = text.rfind('=');
+  const std::string name = eq == std::string::npos ? "" : text.substr(0, eq);
+  const std::string number = eq == std::string::npos ? text : text.substr(eq + 1);
+  std::int64_t n = 0;
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
+  if (ec != std::errc() || end != number.data() + number.size() || n <= 0 ||
+      (eq != std::string::npos && name.empty()))
+    throw InvalidInput(fmt::format(
+        "--kv-window {}: expected N (every KV pair) or NAME=N (a KV input or a layer number), N "
+        "a positive number of tokens",
+        text));
+  return {name, n};
+}
+
+void apply_kv_windows(DecoderSignature& sig,
+                      const std::vector<std::pair<std::string, std::int64_t>>& windows) {
+  for (const auto& [name, n] : windows) {
+    bool matched = false;
+    for (auto& p : sig.pairs) {
+      if (!name.empty() && name != p.input && name != layer_key(p.input)) continue;
+      matched = true;
+      if (p.length_axis < 0)
+        throw InvalidInput(fmt::format(
+            "--kv-window {}={}: '{}' is a recurrent state (no length dim), not a window",
+            name.empty() ? p.input : name, n, p.input));
+      p.window = n;
+      p.window_source = "--kv-window";
+    }
+    if (!matched)
+      throw InvalidInput(
+          fmt::format("--kv-window {}={}: no KV input or layer '{}'", name, n, name));
+  }
+}
+
 std::map<std::string, std::int64_t> step_dims(const DecoderSignature& sig, std::int64_t batch,
                                               std::int64_t seq, std::int64_t past) {
   std::map<std::string, std::int64_t> dims;
@@ -261,7 +326,10 @@ KvCache kv_cache_of(const Graph& graph, const DecoderSignature& sig, std::size_t
     if (fresh) {
       KvLayer l;
       l.name = key == p.input ? p.input : "layer " + key;
-      l.kind = p.length_axis < 0 ? KvKind::kRecurrent : KvKind::kFull;
+      l.kind = p.length_axis < 0 ? KvKind::kRecurrent
+               : p.window > 0    ? KvKind::kSliding
+                                 : KvKind::kFull;
+      l.window = p.window;
       kv.layers.push_back(l);
     }
     KvLayer& l = kv.layers[it->second];

@@ -267,16 +267,10 @@ bool serves(const trace::Trace& sequence, const std::string& config_text, std::s
   return r.ooms == 0;
 }
 
-PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options) {
+PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& options,
+                          bool eager_order) {
   PoolNeed n;
   n.strategy = strategy_config(options.strategy);
-  n.runtime = model::runtime_name(plan.options.runtime);
-  n.weights = plan.weights_bytes;
-  n.ideal = checked_add(plan.weights_bytes, plan.ideal_arena, "ideal need");
-  n.eager = checked_add(plan.weights_bytes, plan.eager_peak, "eager need");
-  const trace::Trace sequence =
-      allocation_sequence(plan, std::max<std::size_t>(options.inferences, 1),
-                          options.weights_in_pool, options.min_request);
   const trace::Blocks blocks = trace::match_blocks(sequence);
   n.peak_live = trace::peak_live_bytes(sequence, blocks);
   n.requests = blocks.blocks.size();
@@ -291,7 +285,7 @@ PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& optio
     ++n.replays;
     lo = hi;
     if (hi > (std::size_t{1} << 44))
-      throw Error(fmt::format("{}: no pool up to {} serves the model on {}", plan.graph.source,
+      throw Error(fmt::format("{}: no pool up to {} serves the model on {}", sequence.name,
                               format_bytes(hi * kMiB), n.strategy));
     hi *= 2;
   }
@@ -319,8 +313,7 @@ PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& optio
     }
   }
   n.replay_mib = hi;
-  if (plan.options.runtime == model::Runtime::kEager &&
-      config::parse_config(n.strategy).get("strategy") != "static") {
+  if (eager_order && config::parse_config(n.strategy).get("strategy") != "static") {
     bool large = false;
     for (const auto& b : blocks.blocks) large = large || b.size > kMiB;
     n.order_slack = (large ? 20 : 2) * kMiB;
@@ -330,6 +323,18 @@ PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& optio
   n.peak_reserved = reserved;
   n.overhead = options.overhead;
   n.total = checked_add(n.need, n.overhead.bytes, "total need");
+  return n;
+}
+
+PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options) {
+  const trace::Trace sequence =
+      allocation_sequence(plan, std::max<std::size_t>(options.inferences, 1),
+                          options.weights_in_pool, options.min_request);
+  PoolNeed n = need_of_sequence(sequence, options, plan.options.runtime == model::Runtime::kEager);
+  n.runtime = model::runtime_name(plan.options.runtime);
+  n.weights = plan.weights_bytes;
+  n.ideal = checked_add(plan.weights_bytes, plan.ideal_arena, "ideal need");
+  n.eager = checked_add(plan.weights_bytes, plan.eager_peak, "eager need");
   return n;
 }
 

@@ -1,7 +1,8 @@
 // plan_serving() (modelmem/sizing/serving.hpp): the figures of `modelmem plan --serve`. The
-// activation term comes from the model's own step plans (an ONNX export, its KV tensors kept out
-// of the arena); the engines' settings are derived from the same figures, so passing them makes
-// each engine allocate this pool.
+// steps come from the model's own plans (an ONNX export, its KV tensors kept out of the arena) or
+// the config's formula; the weights and the steps are run through the strategy that serves them
+// (need_of_sequence), and that need is what the KV cache is left beside. The engines' settings
+// are derived from the same figures, so passing them makes each engine allocate this pool.
 #include "modelmem/sizing/serving.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <regex>
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/buckets.hpp"
@@ -17,6 +19,7 @@
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/solve.hpp"
 #include "modelmem/plan/problem.hpp"
+#include "modelmem/sizing/plan_need.hpp"
 
 namespace modelmem::sizing {
 
@@ -41,46 +44,98 @@ void validate(const ServeOptions& o) {
     throw InvalidInput(fmt::format("--mean-context {}: must be at least 1", *o.mean_context));
   if (o.mean_context && !o.lengths_path.empty())
     throw InvalidInput("--lengths and --mean-context both give the request lengths: give one");
+  SizingOptions sizing;
+  sizing.strategy = o.strategy;
+  sizing.overhead = o.overhead;
+  sizing.backend = o.backend;
+  validate(sizing, o.device_memory);
   if (!(o.engine_fraction > 0 && o.engine_fraction <= 1))
     throw InvalidInput(fmt::format("--engine-fraction {}: must be in (0, 1]", o.engine_fraction));
 }
 
 namespace {
 
-struct StepPlans {
-  std::size_t decode = 0, prefill = 0, weights = 0;
-  model::KvCache kv;
+// What the output says of the formula: its error, measured (docs/serving.md, "Activations of a
+// checkpoint"; tests/sizing/serving_test.cpp checks it stays within this).
+constexpr const char* kFormulaNote =
+    "a formula: against PyTorch eager steps of GPT-2-style decoders of 2 to 6 layers "
+    "(bench/serving/formula.py) it gave -8 % to +21 % of the decode step and -29 % to -25 % of "
+    "the prefill chunk (they hold attention scores and every token's logits), a need on the "
+    "strategy 2 MiB under the planned steps'; give --onnx to plan the steps";
+
+constexpr std::size_t kRounds = 3;  // prefill + decode rounds replayed, as plan's 3 inferences
+
+// One step of the decoder: the peak of its activation bytes and its allocation sequence (one
+// inference, no weights: allocation_sequence()).
+struct Step {
+  std::size_t peak = 0;
+  trace::Trace inference;
 };
+
+struct StepPlans {
+  Step decode, prefill;
+  std::size_t weights = 0;
+  std::vector<std::size_t> weight_blocks;  ///< each weight tensor, as the pool gets them
+  model::KvCache kv;
+  std::string window_source;  ///< where the sliding windows come from ("" without)
+};
+
+model::LifetimeOptions step_lifetimes(const ServeOptions& o) {
+  model::LifetimeOptions lt;
+  lt.float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
+  lt.weight_float_bytes = lt.float_bytes;
+  return lt;
+}
 
 // One step of the decoder with its KV cache out of the arena: the eager peak of live activation
 // bytes (PyTorch eager lifetimes: no in-place reuse, inputs held, module arguments held) or the
 // arena planned for a static executor with in-place reuse, as `modelmem plan` computes them.
-std::size_t plan_step(const std::string& path, const model::DecoderSignature& sig,
-                      const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
+Step plan_step(const std::string& path, const model::DecoderSignature& sig,
+               const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
   model::LoadOptions load;
   load.dims = dims;
-  model::Graph g = model::load_onnx(path, load);
-  model::mark_kv_cache(g, sig);
-  model::LifetimeOptions lt;
-  lt.float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
-  lt.weight_float_bytes = lt.float_bytes;
+  model::ModelPlan mp;
+  mp.graph = model::load_onnx(path, load);
+  model::mark_kv_cache(mp.graph, sig);
+  model::LifetimeOptions lt = step_lifetimes(o);
+  mp.weight_float_bytes = lt.weight_float_bytes;
+  Step s;
   if (o.runtime == "eager") {
+    mp.options.runtime = model::Runtime::kEager;
     lt.in_place = false;
     lt.inputs_live_throughout = true;
     lt.conv_workspace = true;
     lt.module_scopes = true;
-    return plan::lower_bound(model::build_lifetimes(g, lt).problem);
+    mp.plan.lifetimes = model::build_lifetimes(mp.graph, lt);
+    s.peak = plan::lower_bound(mp.plan.lifetimes.problem);
+  } else {
+    mp.options.runtime = model::Runtime::kStatic;
+    plan::SolveOptions so;
+    so.time_limit = std::chrono::duration<double>(10);
+    mp.plan = model::solve_model(mp.graph, lt, "best", so);
+    s.peak = mp.plan.solve.plan->arena_size;
   }
-  plan::SolveOptions so;
-  so.time_limit = std::chrono::duration<double>(10);
-  return model::solve_model(g, lt, "best", so).solve.plan->arena_size;
+  s.inference = allocation_sequence(mp, 1, /*weights=*/false);
+  return s;
 }
 
 // Plans the decode step and the prefill chunk of an ONNX decoder with its KV cache outside.
 StepPlans plan_onnx_steps(const std::string& path, const ServeOptions& o, std::int64_t context,
                           std::int64_t batch, std::int64_t chunk) {
   model::DecoderSignature sig = model::read_decoder_signature(path, o.kv_pairs);
+  model::apply_kv_windows(sig, o.kv_windows);
+  model::find_kv_windows(path, sig, {std::int64_t{1} << 16, context - 1});
   StepPlans s;
+  // A cache whose every layer keeps at most `window` tokens is fed at most that many.
+  std::int64_t window = 0;
+  for (const auto& p : sig.pairs) {
+    if (p.window <= 0) {
+      window = 0;
+      break;
+    }
+    window = window ? std::min(window, p.window) : p.window;
+  }
+  auto cached = [&](std::int64_t past) { return window ? std::min(past, window) : past; };
   // One token of one sequence: the KV bytes per token, and the weights.
   model::LoadOptions load;
   load.dims = model::step_dims(sig, 1, 1, 1);
@@ -91,19 +146,27 @@ StepPlans plan_onnx_steps(const std::string& path, const ServeOptions& o, std::i
   else if (!o.dtype.empty())
     kv_element = model::dtype_size(o.dtype, "--dtype");
   s.kv = model::kv_cache_of(one, sig, kv_element);
-  model::LifetimeOptions lt;
-  lt.weight_float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
+  const model::LifetimeOptions lt = step_lifetimes(o);
   s.weights = model::build_lifetimes(one, lt).weights_bytes;
-  s.decode = plan_step(path, sig,
-                       model::step_dims(sig, batch, 1, std::max<std::int64_t>(context - 1, 0)), o);
-  s.prefill = plan_step(path, sig, model::step_dims(sig, 1, chunk, context - chunk), o);
+  for (const auto& t : one.tensors)
+    if (t.kind == model::TensorKind::kWeight)
+      if (std::size_t b = model::activation_bytes(t, lt.weight_float_bytes))
+        s.weight_blocks.push_back(b);
+  for (const auto& p : sig.pairs)
+    if (p.window > 0 && s.window_source.empty()) s.window_source = p.window_source;
+  s.decode =
+      plan_step(path, sig,
+                model::step_dims(sig, batch, 1, cached(std::max<std::int64_t>(context - 1, 0))), o);
+  s.prefill = plan_step(path, sig, model::step_dims(sig, 1, chunk, cached(context - chunk)), o);
   return s;
 }
 
 // The documented estimate for a checkpoint without an ONNX export (docs/serving.md): the live
-// tensors of one layer's step in an engine with fused attention, plus the logits.
-std::size_t formula_activation(const model::ModelConfig& c, std::size_t elem, int tp,
-                               std::int64_t tokens, std::int64_t logit_rows) {
+// tensors of one layer's step in an engine with fused attention, plus the logits. As a step of
+// those tensors (the residual stream, the normed input, the larger of the MLP's and the
+// attention's intermediates, the float32 logits), all live at once.
+Step formula_step(const model::ModelConfig& c, std::size_t elem, int tp, std::int64_t tokens,
+                  std::int64_t logit_rows) {
   const std::size_t n = static_cast<std::size_t>(tokens);
   const std::size_t h = static_cast<std::size_t>(c.hidden);
   const std::size_t inter = static_cast<std::size_t>((c.intermediate + tp - 1) / tp);
@@ -112,11 +175,111 @@ std::size_t formula_activation(const model::ModelConfig& c, std::size_t elem, in
   const std::size_t hd = static_cast<std::size_t>(c.head_dim);
   const std::size_t mlp = 3 * inter;
   const std::size_t attn = (q + 2 * kvh) * hd + q * hd;
-  std::size_t per_token = 2 * h + std::max(mlp, attn);
-  return checked_add(checked_mul(checked_mul(n, per_token, "activations"), elem, "activations"),
-                     checked_mul(static_cast<std::size_t>(logit_rows) * 4,
-                                 static_cast<std::size_t>(c.vocab), "logits"),
-                     "activations");
+  const std::size_t stream = checked_mul(checked_mul(n, h, "activations"), elem, "activations");
+  const std::vector<std::size_t> parts = {
+      stream, stream,
+      checked_mul(checked_mul(n, std::max(mlp, attn), "activations"), elem, "activations"),
+      checked_mul(static_cast<std::size_t>(logit_rows) * 4, static_cast<std::size_t>(c.vocab),
+                  "logits")};
+  Step s;
+  auto push = [&](alloc::EventKind kind, std::uintptr_t at, std::size_t size, const char* label) {
+    trace::TraceEvent e;
+    e.kind = kind;
+    e.time_ns = s.inference.events.size();
+    e.address = at;
+    e.size = size;
+    if (label) e.label = label;
+    s.inference.events.push_back(std::move(e));
+  };
+  push(alloc::EventKind::kMark, 0, 0, "step_begin");
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == 0) continue;
+    push(alloc::EventKind::kAlloc, 4096 + 64 * i, parts[i], nullptr);
+    s.peak = checked_add(s.peak, parts[i], "activations");
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (parts[i]) push(alloc::EventKind::kFree, 4096 + 64 * i, parts[i], nullptr);
+  push(alloc::EventKind::kMark, 0, 0, "step_end");
+  return s;
+}
+
+// A checkpoint's tensors as an engine's pool gets them: one block per tensor, one rank's share,
+// except that the routed experts of a mixture of experts are loaded into one tensor per layer
+// and projection (vLLM's and SGLang's FusedMoE), so their tensors of one layer and projection
+// ("layers.3.mlp.experts.17.up_proj.weight") are one block.
+std::vector<std::size_t> engine_weight_blocks(const model::Checkpoint& ck, int tp,
+                                              std::size_t float_bytes) {
+  const std::vector<std::size_t> bytes = ck.tensor_bytes_per_rank(tp, float_bytes);
+  static const std::regex expert(R"(\.experts\.\d+\.)");
+  std::vector<std::size_t> blocks;
+  std::map<std::string, std::size_t> fused;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const std::string& name = ck.tensors[i].name;
+    const std::string merged = std::regex_replace(name, expert, ".experts.*.");
+    if (merged == name) {
+      blocks.push_back(bytes[i]);
+    } else {
+      auto [it, fresh] = fused.emplace(merged, blocks.size());
+      if (fresh)
+        blocks.push_back(bytes[i]);
+      else
+        blocks[it->second] = checked_add(blocks[it->second], bytes[i], "weights bytes");
+    }
+  }
+  return blocks;
+}
+
+// What an engine's pool serves: the weights (one block each, held), then kRounds rounds of one
+// prefill chunk and one decode step; each step's buffers, its inputs too, freed by its end.
+trace::Trace serving_sequence(const std::string& name, const std::vector<std::size_t>& weights,
+                              const Step& prefill, const Step& decode) {
+  trace::Trace t;
+  t.name = name;
+  std::uint64_t time = 0;
+  auto push = [&](trace::TraceEvent e) {
+    e.time_ns = time++;
+    t.events.push_back(std::move(e));
+  };
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    trace::TraceEvent e;
+    e.kind = alloc::EventKind::kAlloc;
+    e.address = 4096 + 64 * i;
+    e.size = weights[i];
+    push(e);
+  }
+  std::uintptr_t copy = 0;
+  for (std::size_t r = 0; r < kRounds; ++r)
+    for (const Step* step : {&prefill, &decode}) {
+      const std::uintptr_t offset = (++copy) << 40;  // each step's addresses its own
+      std::map<std::uintptr_t, std::size_t> live;
+      trace::TraceEvent end;
+      for (trace::TraceEvent e : step->inference.events) {
+        if (e.kind == alloc::EventKind::kMark) {
+          if (e.label == "step_end") {
+            end = e;
+            continue;
+          }
+        } else {
+          e.address += offset;
+          if (e.kind == alloc::EventKind::kAlloc)
+            live[e.address] = e.size;
+          else
+            live.erase(e.address);
+        }
+        push(e);
+      }
+      for (const auto& [at, size] : live) {
+        trace::TraceEvent e;
+        e.kind = alloc::EventKind::kFree;
+        e.address = at;
+        e.size = size;
+        push(e);
+      }
+      end.kind = alloc::EventKind::kMark;
+      end.label = "step_end";
+      push(end);
+    }
+  return t;
 }
 
 std::int64_t longest_context(const model::KvCache& kv, std::size_t pool, std::int64_t block,
@@ -152,7 +315,7 @@ std::string difference_text(long long theirs, std::size_t ours) {
 void add_engines(ServePlan& p, const ServeOptions& o) {
   const double dev = static_cast<double>(p.device_memory);
   const double f = o.engine_fraction;
-  const std::size_t non_kv = p.weights_bytes + p.activation_bytes + p.overhead_bytes;
+  const std::size_t non_kv = p.need.total;  // the weights and the steps on the strategy + overhead
   const std::string kv_dtype = o.kv_dtype.empty() ? "auto" : o.kv_dtype;
   {
     EngineSettings e;
@@ -238,10 +401,16 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
   p.device_memory = o.device_memory;
   p.block_size = o.block_size;
   p.tp = o.tp;
-  p.overhead_bytes = o.overhead;
+  NeedOptions need;
+  need.strategy = o.strategy;
+  need.inferences = kRounds;
+  need.overhead = parse_overhead(o.overhead, o.backend, o.device_memory);
+  p.overhead_bytes = need.overhead.bytes;
+  p.overhead_source = need.overhead.source;
   std::vector<std::int64_t> lengths;
   if (!o.lengths_path.empty()) lengths = model::read_lengths(o.lengths_path);
 
+  StepPlans s;
   if (model::is_checkpoint_folder(model)) {
     p.source = "checkpoint";
     model::Checkpoint ck = model::read_checkpoint(model);
@@ -256,17 +425,17 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
     p.decode_batch = o.max_num_seqs;
     p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
     if (!o.onnx.empty()) {
-      StepPlans s = plan_onnx_steps(o.onnx, o, p.context, p.decode_batch, p.prefill_tokens);
-      p.decode_activation_bytes = s.decode;
-      p.prefill_activation_bytes = s.prefill;
+      s = plan_onnx_steps(o.onnx, o, p.context, p.decode_batch, p.prefill_tokens);
       p.activation_source =
           fmt::format("the larger, planned from {} ({} lifetimes)", o.onnx, o.runtime);
     } else {
-      p.decode_activation_bytes = formula_activation(c, elem, o.tp, p.decode_batch, p.decode_batch);
-      p.prefill_activation_bytes = formula_activation(c, elem, o.tp, p.prefill_tokens, 1);
-      p.activation_source =
-          "the larger, an estimate from the config (docs/serving.md), not planned or run";
+      s.decode = formula_step(c, elem, o.tp, p.decode_batch, p.decode_batch);
+      s.prefill = formula_step(c, elem, o.tp, p.prefill_tokens, 1);
+      p.activation_source = "the larger, a formula from the config (docs/serving.md), not planned";
+      p.formula_note = kFormulaNote;
     }
+    // The pool holds the checkpoint's tensors as the engine loads them.
+    s.weight_blocks = engine_weight_blocks(ck, o.tp, o.dtype.empty() ? 0 : elem);
   } else {
     p.source = "onnx";
     p.context = o.context ? o.context : 8192;
@@ -275,34 +444,42 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
     if (o.tp != 1)
       throw InvalidInput(
           "--tp splits a checkpoint's weights; an ONNX export is one rank's graph already");
-    StepPlans s = plan_onnx_steps(model, o, p.context, p.decode_batch, p.prefill_tokens);
+    s = plan_onnx_steps(model, o, p.context, p.decode_batch, p.prefill_tokens);
     p.kv = s.kv;
+    p.kv_window_source = s.window_source;
     p.weights_bytes = s.weights;
-    p.decode_activation_bytes = s.decode;
-    p.prefill_activation_bytes = s.prefill;
     p.activation_source =
         fmt::format("the larger, planned from the ONNX graph ({} lifetimes)", o.runtime);
   }
-  p.activation_bytes = std::max(p.decode_activation_bytes, p.prefill_activation_bytes);
+  p.decode_activation_bytes = s.decode.peak;
+  p.prefill_activation_bytes = s.prefill.peak;
+  p.activation_peak_bytes = std::max(p.decode_activation_bytes, p.prefill_activation_bytes);
   p.kv_bytes_per_token = p.kv.bytes_per_token();
   if (p.kv_bytes_per_token == 0 && p.kv.bytes_per_sequence() == 0)
     throw InvalidInput(model + ": the model has no KV cache to size");
   p.kv_block_bytes =
       checked_mul(p.kv_bytes_per_token, static_cast<std::size_t>(p.block_size), "KV block bytes");
-  const std::size_t non_kv = checked_add(checked_add(p.weights_bytes, p.activation_bytes, "need"),
-                                         p.overhead_bytes, "need");
+  // The weights and the steps on the strategy that serves them, as `plan` sizes every quota.
+  p.need = need_of_sequence(serving_sequence(model, s.weight_blocks, s.prefill, s.decode), need,
+                            o.runtime == "eager");
+  p.need.runtime = o.runtime;
+  p.need.weights = p.weights_bytes;
+  p.need.eager = checked_add(p.weights_bytes, p.activation_peak_bytes, "need");
+  p.activation_bytes = p.need.need > p.weights_bytes ? p.need.need - p.weights_bytes : 0;
+  const std::size_t non_kv = p.need.total;
   if (non_kv >= o.device_memory)
     throw InvalidInput(fmt::format(
-        "{}: weights {} + activations {} + overhead {} = {} do not leave room for a KV cache on "
-        "a device of {}",
-        model, format_bytes(p.weights_bytes), format_bytes(p.activation_bytes),
-        format_bytes(p.overhead_bytes), format_bytes(non_kv), format_bytes(o.device_memory)));
+        "{}: the need of the weights and a step on {} ({}: weights {} + activations {}) + "
+        "overhead {} = {} does not leave room for a KV cache on a device of {}",
+        model, p.need.strategy, format_bytes(p.need.need), format_bytes(p.weights_bytes),
+        format_bytes(p.activation_bytes), format_bytes(p.overhead_bytes), format_bytes(non_kv),
+        format_bytes(o.device_memory)));
   const std::size_t room = o.device_memory - non_kv;
   p.kv_blocks = p.kv_block_bytes ? room / p.kv_block_bytes : 0;
   if (p.kv_blocks == 0)
-    throw InvalidInput(fmt::format(
-        "{}: {} left after weights, activations and overhead is less than one KV block of {}",
-        model, format_bytes(room), format_bytes(p.kv_block_bytes)));
+    throw InvalidInput(
+        fmt::format("{}: {} left after the need and the overhead is less than one KV block of {}",
+                    model, format_bytes(room), format_bytes(p.kv_block_bytes)));
   p.kv_cache_bytes = p.kv_blocks * p.kv_block_bytes;
   p.kv_tokens = p.kv_blocks * static_cast<std::size_t>(p.block_size);
   p.sequence_bytes = p.kv.sequence_bytes(p.context, p.block_size);

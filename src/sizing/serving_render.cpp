@@ -19,7 +19,7 @@ std::string count_text(std::size_t n) {
   return out;
 }
 
-std::string kv_layers_text(const model::KvCache& kv) {
+std::string kv_layers_text(const model::KvCache& kv, const std::string& source) {
   std::string s;
   for (const auto& [kind, e] : kv.by_kind()) {
     if (!s.empty()) s += ", ";
@@ -27,7 +27,11 @@ std::string kv_layers_text(const model::KvCache& kv) {
     if (kind == model::KvKind::kSliding) {
       for (const auto& l : kv.layers)
         if (l.kind == kind) {
-          s += fmt::format(" (window {})", l.window);
+          s += fmt::format(" (window {}{})", l.window,
+                           source.empty() ? ""
+                           : source == "graph"
+                               ? ", found in the graph: the present output keeps at most it"
+                               : ", from " + source);
           break;
         }
     }
@@ -53,16 +57,30 @@ std::string render_text(const ServePlan& p) {
                    p.tp > 1 ? fmt::format(", one of {} tensor-parallel ranks", p.tp) : ""));
   line("weights", model::bytes_text(p.weights_bytes));
   line("decode step",
-       fmt::format("{}: {} sequences at context {}", model::bytes_text(p.decode_activation_bytes),
-                   p.decode_batch, p.context));
-  line("prefill chunk",
-       fmt::format("{}: {} tokens after {} cached", model::bytes_text(p.prefill_activation_bytes),
-                   p.prefill_tokens, p.context - p.prefill_tokens));
-  line("activations",
-       fmt::format("{}, {}", model::bytes_text(p.activation_bytes), p.activation_source));
-  line("overhead", model::bytes_text(p.overhead_bytes));
+       fmt::format("{} at its peak: {} sequences at context {}",
+                   model::bytes_text(p.decode_activation_bytes), p.decode_batch, p.context));
+  line("prefill chunk", fmt::format("{} at its peak: {} tokens after {} cached",
+                                    model::bytes_text(p.prefill_activation_bytes), p.prefill_tokens,
+                                    p.context - p.prefill_tokens));
+  line("activations", fmt::format("{} at the peak, {}", model::bytes_text(p.activation_peak_bytes),
+                                  p.activation_source));
+  if (!p.formula_note.empty()) line("", p.formula_note);
+  const PoolNeed& n = p.need;
+  line("need",
+       fmt::format("{} on {}: the weights and {} rounds of a prefill chunk and a decode step ({} "
+                   "requests) run through the pool `modelmem run` builds; {} MiB does not serve "
+                   "them",
+                   model::bytes_text(n.need), n.strategy, n.inferences, count_text(n.requests),
+                   n.replay_mib - 1));
+  if (n.order_slack > 0)
+    line("", fmt::format("= {} MiB replayed + {} for PyTorch's own order (one more segment)",
+                         n.replay_mib, format_bytes(n.order_slack)));
+  line("", fmt::format("activations on {}: {} (the need beyond the weights; {} live at the peak)",
+                       n.strategy, format_bytes(p.activation_bytes),
+                       format_bytes(p.activation_peak_bytes)));
+  line("overhead", fmt::format("{}: {}", model::bytes_text(p.overhead_bytes), p.overhead_source));
   line("KV per token", fmt::format("{} B: {}, {} B per element", count_text(p.kv_bytes_per_token),
-                                   kv_layers_text(p.kv), p.kv.element_size));
+                                   kv_layers_text(p.kv, p.kv_window_source), p.kv.element_size));
   line("KV cache",
        fmt::format("{} in {} blocks of {} tokens ({} each)", model::bytes_text(p.kv_cache_bytes),
                    count_text(p.kv_blocks), p.block_size, format_bytes(p.kv_block_bytes)));
@@ -103,18 +121,33 @@ std::string render_json_text(const ServePlan& p) {
   j["block_size"] = p.block_size;
   j["weights_bytes"] = p.weights_bytes;
   j["activation_bytes"] = p.activation_bytes;
+  j["activation_peak_bytes"] = p.activation_peak_bytes;
   j["decode_activation_bytes"] = p.decode_activation_bytes;
   j["decode_batch"] = p.decode_batch;
   j["prefill_activation_bytes"] = p.prefill_activation_bytes;
   j["prefill_tokens"] = p.prefill_tokens;
   j["activation_source"] = p.activation_source;
+  if (!p.formula_note.empty()) j["activation_formula"] = p.formula_note;
+  j["strategy"] = p.need.strategy;
+  j["need_bytes"] = p.need.need;
+  j["need_replay_bytes"] = p.need.replay_mib * (std::size_t{1} << 20);
+  j["order_slack_bytes"] = p.need.order_slack;
+  j["peak_reserved_bytes"] = p.need.peak_reserved;
   j["overhead_bytes"] = p.overhead_bytes;
+  j["overhead_source"] = p.overhead_source;
   j["kv_bytes_per_token"] = p.kv_bytes_per_token;
   j["kv_element_bytes"] = p.kv.element_size;
   nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
-  for (const auto& [kind, e] : p.kv.by_kind())
+  for (const auto& [kind, e] : p.kv.by_kind()) {
     kinds[model::kv_kind_name(kind)] = {{"layers", e.first}, {"bytes_per_token", e.second}};
+    for (const auto& l : p.kv.layers)
+      if (l.kind == kind && kind == model::KvKind::kSliding) {
+        kinds[model::kv_kind_name(kind)]["window"] = l.window;
+        break;
+      }
+  }
   j["kv_layers"] = kinds;
+  if (!p.kv_window_source.empty()) j["kv_window_source"] = p.kv_window_source;
   j["kv_block_bytes"] = p.kv_block_bytes;
   j["kv_cache_bytes"] = p.kv_cache_bytes;
   j["kv_blocks"] = p.kv_blocks;

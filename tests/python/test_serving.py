@@ -9,13 +9,14 @@ import modelmem
 from conftest import CLI, SOURCE
 
 DECODER = os.path.join(SOURCE, "models", "gpt2_decoder.onnx")
-ARGS = dict(context=512, max_num_seqs=16, max_batched_tokens=64)
+ARGS = dict(context=512, max_num_seqs=16, max_batched_tokens=64, overhead=0)
 
 
 def test_plan_serving_returns_what_the_cli_writes(tmp_path):
     out = tmp_path / "serve.json"
     subprocess.run([CLI, "plan", "--serve", DECODER, "--device-memory", "64MiB", "--context", "512",
-                    "--max-num-seqs", "16", "--max-batched-tokens", "64", "--json", str(out)],
+                    "--max-num-seqs", "16", "--max-batched-tokens", "64", "--overhead", "0",
+                    "--json", str(out)],
                    check=True, capture_output=True)
     cli = json.loads(out.read_text())
     p = modelmem.plan_serving(DECODER, "64MiB", **ARGS)
@@ -26,10 +27,14 @@ def test_plan_serving_returns_what_the_cli_writes(tmp_path):
     assert p["kv_bytes_per_token"] == 4096
     assert p["engines"]["vllm"]["--kv-cache-memory-bytes"] == str(p["kv_cache_bytes"])
     assert modelmem.plan_serving(DECODER, 64 << 20, **ARGS) == p
+    assert p["need_bytes"] == p["weights_bytes"] + p["activation_bytes"]
+    w = modelmem.plan_serving(DECODER, "64MiB", kv_window=["64"], strategy="expandable", **ARGS)
+    assert w["kv_layers"]["sliding"] == {"layers": 2, "bytes_per_token": 4096, "window": 64}
+    assert w["strategy"] == "strategy:caching,expandable_segments:True"
 
 
 def test_plan_serving_bad_input():
-    with pytest.raises(modelmem.InvalidInputError, match="do not leave room for a KV cache"):
+    with pytest.raises(modelmem.InvalidInputError, match="not leave room for a KV cache"):
         modelmem.plan_serving(DECODER, "1MiB", **ARGS)
     with pytest.raises(modelmem.InvalidInputError, match="--kv nope: expected INPUT=OUTPUT"):
         modelmem.plan_serving(DECODER, "64MiB", kv=["nope"], **ARGS)

@@ -18,6 +18,11 @@
       BATCH sequences with CONTEXT-1 cached tokens each, or a prefill chunk of CHUNK tokens after
       CONTEXT-CHUNK cached. Two warm-up steps, then the measured one between two marker requests
       of MARK_BYTES. Run under `modelmem run --trace T.csv --conf preload_threshold_kb:1,...`.
+      The cache is made first; what the engine's pool serves (the weights, the inputs and the
+      three steps) lies between two marker requests of POOL_MARK_BYTES.
+
+  GPT2_SHAPE=LAYERS,HEADS,EMBD in the environment makes another size (default 2,4,256);
+  GPT2_WINDOW=W exports a sliding-window decoder (its present outputs keep the last W tokens).
 
   gpt2_decoder.py measure T.csv INPUT_BYTES
       prints the peak live bytes between the markers above the live bytes at the first one,
@@ -26,12 +31,20 @@
 import csv
 import json
 import math
+import os
 import struct
 import sys
 
 LAYERS, HEADS, EMBD, VOCAB, POSITIONS = 2, 4, 256, 2048, 1024
+# Another size of the same architecture (bench/serving/formula.py): GPT2_SHAPE=LAYERS,HEADS,EMBD.
+if os.environ.get("GPT2_SHAPE"):
+    LAYERS, HEADS, EMBD = (int(v) for v in os.environ["GPT2_SHAPE"].split(","))
+# A sliding window (GPT2_WINDOW=W, export only): every layer attends to the last W tokens and its
+# present output keeps only them (a Slice of the last W), as a windowed cache is exported.
+WINDOW = int(os.environ.get("GPT2_WINDOW", "0"))
 HEAD_DIM = EMBD // HEADS
 MARK_BYTES = 7_340_033
+POOL_MARK_BYTES = 5_242_883
 
 
 def build():
@@ -53,6 +66,8 @@ def build():
 
         def forward(self, h, bias, kv):
             b, t, _ = h.shape
+            if WINDOW:
+                bias = bias[..., -WINDOW:]
             keys, values = kv(self.k_proj(h).reshape(b, t, HEADS, HEAD_DIM).permute(0, 2, 3, 1),
                               self.v_proj(h).reshape(b, t, HEADS, HEAD_DIM).transpose(1, 2))
             att = torch.softmax(
@@ -100,6 +115,8 @@ def build():
                 def cat(k, v, i=i):
                     pk = torch.cat([past[2 * i], k * (1.0 / math.sqrt(HEAD_DIM))], dim=3)
                     pv = torch.cat([past[2 * i + 1], v], dim=2)
+                    if WINDOW:
+                        pk, pv = pk[:, :, :, -WINDOW:], pv[:, :, -WINDOW:, :]
                     presents.extend([pk, pv])
                     return pk, pv
                 x = block(x, attn_bias, cat)
@@ -166,6 +183,14 @@ def export(out):
                           input_names=["input_ids", "position_ids", "attn_bias", *names],
                           output_names=outs, dynamic_axes=axes, do_constant_folding=True)
     m = onnx.load(out)
+    if WINDOW:
+        # The tracer's shapes for the sliced tensors hold only at the traced length: leave them
+        # (and the presents' length) to shape inference.
+        del m.graph.value_info[:]
+        for o in m.graph.output:
+            if o.name.startswith("present"):
+                axis = 3 if o.name.endswith("key") else 2
+                o.type.tensor_type.shape.dim[axis].Clear()
     for init in m.graph.initializer:
         if init.data_type == onnx.TensorProto.INT64 and len(init.raw_data) <= 1024:
             continue
@@ -177,8 +202,6 @@ def export(out):
 
 
 def checkpoint(folder):
-    import os
-
     model = build()
     os.makedirs(folder, exist_ok=True)
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": LAYERS,
@@ -206,11 +229,13 @@ def step(kind, n, context):
     import torch
 
     torch.set_num_threads(1)
-    model = build()
     batch, seq = (n, 1) if kind == "decode" else (1, n)
     past = context - seq
     caches = [(torch.zeros(batch, HEADS, HEAD_DIM, context),
                torch.zeros(batch, HEADS, context, HEAD_DIM)) for _ in range(LAYERS)]
+    mark = torch.empty(POOL_MARK_BYTES, dtype=torch.uint8)
+    del mark
+    model = build()
     ids, pos, bias = inputs(batch, seq, past)
     with torch.inference_mode():
         for _ in range(2):
@@ -221,6 +246,8 @@ def step(kind, n, context):
         del y
         mark = torch.empty(MARK_BYTES, dtype=torch.uint8)
         del mark
+    mark = torch.empty(POOL_MARK_BYTES, dtype=torch.uint8)
+    del mark
 
 
 def measure(path, input_bytes):

@@ -66,6 +66,8 @@ struct Checkpoint {
   /// held whole by every rank. `float_bytes` > 0 counts the floating-point tensors (F32, F16,
   /// BF16) at that element size (a checkpoint served at another --dtype).
   std::size_t weights_per_rank(int tp, std::size_t float_bytes = 0) const;
+  /// Each tensor's bytes on one rank, as weights_per_rank() counts them (in `tensors` order).
+  std::vector<std::size_t> tensor_bytes_per_rank(int tp, std::size_t float_bytes = 0) const;
 };
 
 /// Reads config.json and every *.safetensors header in `folder`. Throws InvalidInput when the

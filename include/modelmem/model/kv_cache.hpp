@@ -60,6 +60,10 @@ struct DecoderSignature {
     std::string input, output;
     int length_axis = -1;  ///< the input's axis that grows into the output; -1: recurrent
     int batch_axis = -1;
+    /// Sliding window: the tokens the layer keeps (0: all). Found by find_kv_windows() or given
+    /// by apply_kv_windows() (--kv-window).
+    std::int64_t window = 0;
+    std::string window_source;  ///< "graph" or "--kv-window"
   };
   std::vector<Pair> pairs;
   std::string batch_dim;  ///< the symbolic dim of the batch (shared by the pairs and the ids)
@@ -74,6 +78,23 @@ struct DecoderSignature {
 DecoderSignature read_decoder_signature(
     const std::string& path,
     const std::vector<std::pair<std::string, std::string>>& explicit_pairs);
+
+/// Finds the sliding windows of an export from its graph: loaded with one sequence of one new
+/// token after `probe_past` cached ones, a pair whose output's length dim is shorter than
+/// probe_past + 1 keeps at most that many tokens (a Slice of the last W tokens, a ring buffer).
+/// The probes are tried in order; one the graph cannot be loaded at (a fixed-size mask table) is
+/// skipped. Pairs given a window already keep it.
+void find_kv_windows(const std::string& path, DecoderSignature& sig,
+                     const std::vector<std::int64_t>& probe_pasts);
+
+/// Parses `--kv-window` text: "N" (every KV pair) or "NAME=N", NAME a KV input or a layer number
+/// ("past_key_values.3.key", "3"). Throws InvalidInput naming the flag.
+std::pair<std::string, std::int64_t> parse_kv_window(const std::string& text);
+
+/// Gives the pairs the windows of --kv-window. Throws InvalidInput for a name that matches no
+/// pair, or a window on a recurrent state.
+void apply_kv_windows(DecoderSignature& sig,
+                      const std::vector<std::pair<std::string, std::int64_t>>& windows);
 
 /// The dims of one step: `batch` sequences, `seq` new tokens each, `past` cached tokens.
 std::map<std::string, std::int64_t> step_dims(const DecoderSignature& sig, std::int64_t batch,

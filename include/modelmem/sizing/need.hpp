@@ -101,6 +101,13 @@ trace::Trace allocation_sequence(const model::ModelPlan& plan, std::size_t infer
 bool serves(const trace::Trace& sequence, const std::string& config, std::size_t quota_mib,
             std::size_t* peak_reserved = nullptr);
 
+/// The need of an allocation sequence given as a trace (weights first, then inferences framed by
+/// step marks, as allocation_sequence() makes them) on `options.strategy`: the search
+/// need_on_strategy() runs. `eager_order` adds PoolNeed::order_slack on a segmenting pool.
+/// Fills every field but runtime, weights, ideal and eager (the caller's model knows them).
+PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& options,
+                          bool eager_order);
+
 /// The need of `plan` on `options.strategy`. Throws InvalidInput for a bad strategy, Error when
 /// no quota up to 2^44 MiB serves the sequence.
 PoolNeed need_on_strategy(const model::ModelPlan& plan, const NeedOptions& options = {});

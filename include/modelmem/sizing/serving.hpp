@@ -1,12 +1,14 @@
 // The serving plan of a decoder LLM (`modelmem plan --serve MODEL`): on a device of a given size,
-// the weights, one step's activation peak (a decode step of B sequences and a prefill chunk of T
-// tokens, planned from an ONNX export with its KV cache kept out of the arena) and an overhead
-// leave a KV-cache pool; in whole blocks of `block_size` tokens it holds `kv_tokens` tokens,
-// `max_concurrency` sequences at the context, one sequence of `max_context` tokens. With the
-// settings that make vLLM / vllm-ascend, SGLang and TensorRT-LLM allocate exactly that pool, and
-// what each engine's own formula would give on the same device. MODEL is an ONNX decoder or a
-// Hugging Face checkpoint folder (config.json + safetensors headers; activations from an ONNX
-// export given with `onnx`, else a per-family formula, an estimate). Value types.
+// the need of the weights and the steps' activations on the allocator that serves them (a decode
+// step of B sequences and a prefill chunk of T tokens, planned from an ONNX export with its KV
+// cache kept out of the arena, their allocation sequence run through the strategy's own code, as
+// `modelmem plan` sizes every quota) and the overhead leave a KV-cache pool; in whole blocks of
+// `block_size` tokens it holds `kv_tokens` tokens, `max_concurrency` sequences at the context, one
+// sequence of `max_context` tokens. With the settings that make vLLM / vllm-ascend, SGLang and
+// TensorRT-LLM allocate exactly that pool, and what each engine's own formula would give on the
+// same device. MODEL is an ONNX decoder or a Hugging Face checkpoint folder (config.json +
+// safetensors headers; activations from an ONNX export given with `onnx`, else a per-family
+// formula, an estimate). Value types.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "modelmem/model/kv_cache.hpp"
+#include "modelmem/sizing/need.hpp"
 
 namespace modelmem::sizing {
 
@@ -27,13 +30,22 @@ struct ServeOptions {
   std::int64_t block_size = 16;            ///< tokens per KV block
   std::int64_t max_batched_tokens = 8192;  ///< the prefill chunk planned (tokens of one step)
   std::int64_t max_num_seqs = 256;         ///< the decode batch planned
-  std::string dtype;                   ///< weights and activations: "" as stored, fp32/fp16/bf16
-  std::string kv_dtype;                ///< "" = dtype (or as stored); fp8/int8 1 byte
-  int tp = 1;                          ///< tensor-parallel ranks: per-rank weights and KV heads
-  std::size_t overhead = 0;            ///< bytes beside weights, activations and KV (runtime)
+  std::string dtype;     ///< weights and activations: "" as stored, fp32/fp16/bf16
+  std::string kv_dtype;  ///< "" = dtype (or as stored); fp8/int8 1 byte
+  int tp = 1;            ///< tensor-parallel ranks: per-rank weights and KV heads
+  /// The strategy whose need holds the weights and the steps' activations: strategy_config()
+  /// text, as `plan --strategy`; "" = what `modelmem run` builds (strategy:caching).
+  std::string strategy;
+  /// Bytes beside the pool and the KV cache (runtime context, graph capture): parse_overhead()
+  /// text ("1GiB", "5%"); "" = the default for `backend` (cuda, npu: 1 GiB), as `plan`.
+  std::string overhead;
+  Backend backend = Backend::kCuda;    ///< --device-kind: the default overhead
   std::string lengths_path;            ///< request lengths (total tokens), one per line
   std::optional<double> mean_context;  ///< or a mean request length
   std::vector<std::pair<std::string, std::string>> kv_pairs;  ///< --kv INPUT=OUTPUT
+  /// --kv-window: ("" = every pair, or a KV input / layer number, tokens); an ONNX export's
+  /// windows are otherwise found in its graph (model::find_kv_windows).
+  std::vector<std::pair<std::string, std::int64_t>> kv_windows;
   std::string onnx;  ///< checkpoint path: the ONNX export its activations are planned from
   std::string runtime = "eager";  ///< activation figure: eager (PyTorch peak) or static arena
   double engine_fraction = 0.9;   ///< the engines' default fraction compared with
@@ -60,12 +72,24 @@ struct ServePlan {
   std::int64_t decode_batch = 0;
   std::int64_t prefill_tokens = 0;
   int tp = 1;
-  std::size_t weights_bytes = 0;  ///< on one rank
-  std::size_t decode_activation_bytes = 0;
-  std::size_t prefill_activation_bytes = 0;
-  std::size_t activation_bytes = 0;  ///< the larger of the two
+  std::size_t weights_bytes = 0;             ///< on one rank
+  std::size_t decode_activation_bytes = 0;   ///< live bytes at the decode step's peak
+  std::size_t prefill_activation_bytes = 0;  ///< live bytes at the prefill chunk's peak
+  std::size_t activation_peak_bytes = 0;     ///< the larger of the two (live bytes)
+  /// The activation term on the strategy: need.need - weights_bytes (what the pool reserves for
+  /// the steps beyond the weights, its rounding and segments counted).
+  std::size_t activation_bytes = 0;
+  /// The need of the weights and the steps on options.strategy: the allocation sequence (the
+  /// weights, then rounds of one prefill chunk and one decode step) replayed through the pool
+  /// `modelmem run` builds, at the smallest whole MiB that serves it (need_of_sequence).
+  PoolNeed need;
   std::size_t overhead_bytes = 0;
+  std::string overhead_source;
+  /// When the activations are the config formula's estimate: its error measured against planned
+  /// and recorded steps (docs/serving.md), as printed. Empty otherwise.
+  std::string formula_note;
   model::KvCache kv;
+  std::string kv_window_source;        ///< an export's windows: "graph" or "--kv-window"
   std::size_t kv_bytes_per_token = 0;  ///< all layers, one rank
   std::size_t kv_block_bytes = 0;      ///< block_size tokens
   std::size_t kv_cache_bytes = 0;      ///< the pool: whole blocks
