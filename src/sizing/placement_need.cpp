@@ -70,11 +70,14 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   o.kv_dtype = s.kv_dtype;
   o.tp = s.tp;
   o.onnx = s.onnx;
-  o.overhead = n.overhead.bytes;
+  o.overhead = std::to_string(n.overhead.bytes);
+  o.strategy = strategy_of(m, options);
+  o.backend = backend;
   // First the per-token and per-sequence figures (on a device too large to matter), then the
-  // plan on a device of the request: weights + activations + the KV cache asked for + overhead,
-  // in whole MiB. Its pool holds at least that cache (the rounding adds whole blocks), and its
-  // engine settings are what `plan --serve --device-memory REQUEST` prints.
+  // plan on a device of the request: the need of the weights and the steps on the strategy + the
+  // KV cache asked for + overhead, in whole MiB. Its pool holds at least that cache (the rounding
+  // adds whole blocks), and its engine settings are what `plan --serve --device-memory REQUEST`
+  // prints.
   o.device_memory = std::size_t{1} << 46;
   const ServePlan probe = plan_serving(m.path, o);
   const std::size_t asked =
@@ -84,7 +87,7 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
                          static_cast<std::size_t>(s.block_size) - 1) /
                             static_cast<std::size_t>(s.block_size),
                         probe.kv_block_bytes, "KV cache");
-  const std::size_t non_kv = checked_add(probe.weights_bytes, probe.activation_bytes, "need");
+  const std::size_t non_kv = probe.need.need;  // weights + activations on the strategy
   o.device_memory =
       whole_mib(checked_add(checked_add(non_kv, asked, "need"), n.overhead.bytes, "device memory"));
   const ServePlan p = plan_serving(m.path, o);
@@ -95,12 +98,12 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   n.need = whole_mib(checked_add(non_kv, p.kv_cache_bytes, "need"));
   finish(n);
   n.basis = fmt::format(
-      "serving plan: weights {} + activations {} ({}) + KV {} for {} ({} tokens in {} blocks, "
-      "{:.2f} sequences of {} tokens); `plan --serve --device-memory {}MiB --context {} "
-      "--max-num-seqs {} --overhead {}B` prints it; the bytes, not replayed through the "
-      "strategy nor run under this quota: a guess (docs/fleet.md)",
-      format_bytes(p.weights_bytes), format_bytes(p.activation_bytes), p.activation_source,
-      format_bytes(p.kv_cache_bytes),
+      "serving plan: need {} on {} (weights {} + activations {}, replayed through the "
+      "strategy) + KV {} for {} ({} tokens in {} blocks, {:.2f} sequences of {} tokens); `plan "
+      "--serve --device-memory {}MiB --context {} --max-num-seqs {} --overhead {}B` prints it; "
+      "the KV cache beside the pool, not run under this quota (docs/fleet.md)",
+      format_bytes(p.need.need), p.need.strategy, format_bytes(p.weights_bytes),
+      format_bytes(p.activation_bytes), format_bytes(p.kv_cache_bytes),
       s.concurrency > 0 ? fmt::format("{} sequences of {} tokens", s.concurrency, p.context)
                         : fmt::format("{} tokens", s.kv_tokens),
       p.kv_tokens, p.kv_blocks, p.max_concurrency, p.context, o.device_memory / kMiB, p.context,

@@ -143,7 +143,7 @@ TEST(PlaceNeed, AServedLlmIsPlacedByItsServingPlanWithItsEngineSettings) {
     ServeOptions o;
     o.context = 1024;
     o.max_num_seqs = m == 0 ? 8 : 256;
-    o.overhead = n.overhead.bytes;
+    o.overhead = std::to_string(n.overhead.bytes);
     o.device_memory = n.request;
     const ServePlan p = plan_serving(gpt2.path, o);
     if (m == 0)
