@@ -456,7 +456,8 @@ std::string render_text(const Placement& pl) {
   out += fmt::format("method         {}\n", pl.packing.method);
   out +=
       "need           the pool's need on its strategy (modelmem plan --device-memory's figure; a "
-      "served LLM: its serving plan), the quota in MODELMEM_ALLOC_CONF and the allocator's cap; "
+      "served LLM: its serving loop's need on its strategy), the quota in MODELMEM_ALLOC_CONF and "
+      "the allocator's cap; "
       "request = need + overhead in whole MiB, what the container asks its scheduler for\n";
   // Each overhead once, with where it comes from.
   std::set<std::string> overheads;

@@ -14,6 +14,7 @@
 #include "modelmem/sizing/placement.hpp"
 #include "modelmem/sizing/plan_need.hpp"
 #include "modelmem/sizing/serving.hpp"
+#include "modelmem/sizing/serving_need.hpp"
 
 namespace modelmem::sizing {
 namespace {
@@ -94,20 +95,34 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   if (p.kv_cache_bytes < asked)
     throw Error(fmt::format("{}: the serving plan's KV cache {} is less than the {} asked for",
                             m.name, p.kv_cache_bytes, asked));
+  // The quota: the serving loop's allocation sequence holding that cache, replayed through the
+  // pool's strategy (serving_need.hpp), at the smallest whole MiB that serves it.
+  ServingLoad load;
+  load.tokens = p.kv_tokens;
+  load.sequences = s.concurrency > 0 ? static_cast<std::size_t>(s.concurrency) : p.max_sequences;
+  const ServingNeed sn =
+      serving_need_on_strategy(m.path, o, load, n.strategy, min_request_of(backend, n.strategy));
   n.weights = p.weights_bytes;
-  n.need = whole_mib(checked_add(non_kv, p.kv_cache_bytes, "need"));
+  n.need = sn.need;
   finish(n);
   n.basis = fmt::format(
-      "serving plan: need {} on {} (weights {} + activations {}, replayed through the "
-      "strategy) + KV {} for {} ({} tokens in {} blocks, {:.2f} sequences of {} tokens); `plan "
-      "--serve --device-memory {}MiB --context {} --max-num-seqs {} --overhead {}B` prints it; "
-      "the KV cache beside the pool, not run under this quota (docs/fleet.md)",
-      format_bytes(p.need.need), p.need.strategy, format_bytes(p.weights_bytes),
-      format_bytes(p.activation_bytes), format_bytes(p.kv_cache_bytes),
+      "serving need on {}: weights {} + KV {} for {} ({} tokens in {} blocks, {:.2f} sequences "
+      "of {} tokens) held, then prefill chunks of {} tokens and decode steps of {} ({}{}) "
+      "replayed through the pool, {} MiB does not serve it{}; serving plan {}: `plan "
+      "--serve --device-memory {}MiB --context {} --max-num-seqs {} --max-batched-tokens {}{}` "
+      "prints it",
+      n.strategy, format_bytes(sn.weights), format_bytes(sn.kv),
       s.concurrency > 0 ? fmt::format("{} sequences of {} tokens", s.concurrency, p.context)
                         : fmt::format("{} tokens", s.kv_tokens),
-      p.kv_tokens, p.kv_blocks, p.max_concurrency, p.context, o.device_memory / kMiB, p.context,
-      o.max_num_seqs, n.overhead.bytes);
+      p.kv_tokens, p.kv_blocks, p.max_concurrency, p.context, p.prefill_tokens, p.decode_batch,
+      sn.planned ? "activations planned from the ONNX step graphs, eager lifetimes"
+                 : "activations by the config formula, an estimate",
+      sn.min_request ? fmt::format(", requests of {} and more", format_bytes(sn.min_request)) : "",
+      sn.replay_mib - 1,
+      sn.order_slack ? fmt::format(", + {} for PyTorch's order", format_bytes(sn.order_slack)) : "",
+      format_bytes(checked_add(non_kv, p.kv_cache_bytes, "need")), o.device_memory / kMiB,
+      p.context, o.max_num_seqs, o.max_batched_tokens,
+      n.overhead.bytes ? fmt::format(" --overhead {}B", n.overhead.bytes) : " --overhead 0");
   n.engine_env = engine_env(p, backend);
   return n;
 }

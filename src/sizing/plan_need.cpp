@@ -20,16 +20,7 @@ NeedOptions need_options(const SizingOptions& sizing, std::size_t device_memory)
   o.strategy = sizing.strategy;
   o.inferences = sizing.inferences;
   o.overhead = parse_overhead(sizing.overhead, sizing.backend, device_memory);
-  // PyTorch on the host reaches the pools through the LD_PRELOAD library, which leaves requests
-  // below preload_threshold_kb (64 KiB unless the strategy string says) to the C library.
-  if (sizing.backend == Backend::kHost) {
-    o.min_request = 64 * 1024;
-    const std::string given = strategy_config(sizing.strategy);
-    const std::size_t at = given.find("preload_threshold_kb:");
-    if (at != std::string::npos)
-      o.min_request =
-          1024 * std::stoull(given.substr(at + std::string("preload_threshold_kb:").size()));
-  }
+  o.min_request = min_request_of(sizing.backend, sizing.strategy);
   return o;
 }
 
@@ -38,6 +29,16 @@ double percent(long long part, std::size_t whole) {
 }
 
 }  // namespace
+
+std::size_t min_request_of(Backend backend, const std::string& strategy) {
+  // PyTorch on the host reaches the pools through the LD_PRELOAD library, which leaves requests
+  // below preload_threshold_kb (64 KiB unless the strategy string says) to the C library.
+  if (backend != Backend::kHost) return 0;
+  const std::string given = strategy_config(strategy);
+  const std::size_t at = given.find("preload_threshold_kb:");
+  if (at == std::string::npos) return 64 * 1024;
+  return 1024 * std::stoull(given.substr(at + std::string("preload_threshold_kb:").size()));
+}
 
 void validate(const SizingOptions& sizing, std::size_t device_memory) {
   strategy_config(sizing.strategy);

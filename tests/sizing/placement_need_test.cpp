@@ -16,6 +16,7 @@
 #include "modelmem/sizing/plan_need.hpp"
 #include "modelmem/sizing/requests.hpp"
 #include "modelmem/sizing/serving.hpp"
+#include "modelmem/sizing/serving_need.hpp"
 #include "modelmem/trace/replay.hpp"
 
 namespace modelmem::sizing {
@@ -121,7 +122,7 @@ TEST(PlaceNeed, ABadStrategyOrOverheadIsOneLineNamingTheModel) {
     EXPECT_EQ(text.find('\n'), std::string::npos) << text;
 }
 
-TEST(PlaceNeed, AServedLlmIsPlacedByItsServingPlanWithItsEngineSettings) {
+TEST(PlaceNeed, AServedLlmIsPlacedByItsServingNeedWithItsServingPlansEngineSettings) {
   ModelSpec gpt2;
   gpt2.name = "gpt2";
   gpt2.path = kModels + "gpt2_decoder.onnx";
@@ -138,22 +139,29 @@ TEST(PlaceNeed, AServedLlmIsPlacedByItsServingPlanWithItsEngineSettings) {
   for (std::size_t m = 0; m < 2; ++m) {
     const PlacementNeed& n = pl.needs[m].at(Backend::kCuda);
     SCOPED_TRACE(n.basis);
-    // The serving plan on a device of exactly the request: the same engine settings, a KV cache
-    // of at least what was asked, and the pool = weights + activations + that cache.
+    // The serving plan on a device of its bytes (weights + activations + the cache asked +
+    // overhead, in whole MiB): the same engine settings, a KV cache of at least what was asked;
+    // the pool is the serving need on the strategy of holding that cache.
     ServeOptions o;
     o.context = 1024;
     o.max_num_seqs = m == 0 ? 8 : 256;
     o.overhead = std::to_string(n.overhead.bytes);
-    o.device_memory = n.request;
+    o.device_memory = std::size_t{1} << 40;
+    const ServePlan big = plan_serving(gpt2.path, o);
+    const std::size_t asked = m == 0 ? 8 * big.sequence_bytes : 5008 / 16 * big.kv_block_bytes;
+    o.device_memory = (big.need.need + asked + n.overhead.bytes + kMiB - 1) / kMiB * kMiB;
     const ServePlan p = plan_serving(gpt2.path, o);
+    ServingLoad load;
+    load.tokens = p.kv_tokens;
+    load.sequences = m == 0 ? 8 : p.max_sequences;
+    EXPECT_EQ(n.need, serving_need_on_strategy(gpt2.path, o, load, "caching").need);
+    EXPECT_GT(n.need, p.weights_bytes + p.kv_cache_bytes);
     if (m == 0)
       EXPECT_GE(p.kv_cache_bytes, 8 * p.sequence_bytes);
     else
       EXPECT_GE(p.kv_tokens, 5000u);
     EXPECT_LT(p.kv_cache_bytes, (m == 0 ? 8 * p.sequence_bytes : 5008 / 16 * p.kv_block_bytes) +
                                     kMiB + p.kv_block_bytes);
-    EXPECT_EQ(n.need,
-              (p.weights_bytes + p.activation_bytes + p.kv_cache_bytes + kMiB - 1) / kMiB * kMiB);
     EXPECT_EQ(n.request, n.need + (m == 0 ? std::size_t{1} << 30 : 256 * kMiB));
     for (const auto& e : p.engines)
       if (e.engine == "vllm") EXPECT_EQ(n.engine_env.at("MODELMEM_VLLM_ARGS"), e.command);

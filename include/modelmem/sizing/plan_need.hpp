@@ -33,6 +33,10 @@ struct ModelNeed {
   PoolNeed need;
 };
 
+/// The smallest request that reaches the pools: on the host, the LD_PRELOAD library's
+/// preload_threshold_kb (64 KiB unless `strategy` says); 0 on a device (every request does).
+std::size_t min_request_of(Backend backend, const std::string& strategy);
+
 ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
                     const SizingOptions& sizing, std::size_t device_memory = 0);
 /// The need of an already planned model.

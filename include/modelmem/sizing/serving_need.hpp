@@ -1,0 +1,70 @@
+// The need of a served decoder LLM on the strategy that serves it: the serving process's
+// allocation sequence replayed through one pool's stack (sizing::serves), at the smallest
+// whole-MiB quota that serves it (one MiB less does not), plus one segment for PyTorch eager's
+// order as fit's need adds (need.hpp: order_slack). The sequence is what a serving loop
+// allocates (tests/sizing/serve_child.py runs one under the pool):
+//   - every weight tensor, one block each, held;
+//   - the KV cache, one block per KV tensor of the model (per layer its keys and its values, as
+//     an engine preallocates them), each holding `tokens` tokens (`sequences` recurrent states),
+//     held;
+//   - then steps, each framed by step marks: prefill chunk, prefill chunk, decode step, prefill
+//     chunk, decode step (both transitions, twice each for the caching pool's steady state).
+//     A step's blocks are its activation buffers under PyTorch eager lifetimes, its inputs
+//     included (made for the step, freed after it), planned from the ONNX step graph with the KV
+//     cache kept out (the plans `plan --serve` makes); a checkpoint folder without an ONNX export
+//     has no graph: its step is the formula's activation bytes as the blocks that formula counts
+//     (two hidden-state tensors, the MLP or attention intermediate, the logits), an estimate.
+// Value types; each call owns its data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "modelmem/sizing/serving.hpp"
+#include "modelmem/trace/trace.hpp"
+
+namespace modelmem::sizing {
+
+struct ServingLoad {
+  std::size_t tokens = 0;     ///< KV tokens held per layer (sequences x context in blocks)
+  std::size_t sequences = 0;  ///< sequences (a recurrent layer's states)
+};
+
+struct ServingSequence {
+  trace::Trace trace;
+  std::size_t weights = 0;      ///< bytes of the weight blocks
+  std::size_t kv = 0;           ///< bytes of the KV blocks
+  std::size_t decode_peak = 0;  ///< live bytes at a decode step's peak (its blocks)
+  std::size_t prefill_peak = 0;
+  std::size_t steps = 0;  ///< steps in the sequence
+  bool planned = false;   ///< steps planned from an ONNX graph (false: the checkpoint formula)
+};
+
+/// The allocation sequence of serving `model` with `options` (plan_serving's: dims, dtype,
+/// chunk, decode batch, onnx) holding `load`; requests below `min_request` bytes are left out
+/// (the LD_PRELOAD library sends them to the C library). Throws InvalidInput as plan_serving.
+ServingSequence serving_sequence(const std::string& model, const ServeOptions& options,
+                                 const ServingLoad& load, std::size_t min_request = 0);
+
+struct ServingNeed {
+  std::string strategy;  ///< the configuration of the pool's stack (strategy_config)
+  std::size_t weights = 0, kv = 0, decode_peak = 0, prefill_peak = 0;
+  std::size_t peak_live = 0;   ///< requested bytes live at the sequence's peak
+  std::size_t replay_mib = 0;  ///< the smallest whole-MiB quota that serves the sequence
+  /// One more segment for PyTorch eager's order (eager_order_slack, as PoolNeed::order_slack):
+  /// the serving loop of the test decoder, run under the pool, was refused at replay_mib.
+  std::size_t order_slack = 0;
+  std::size_t need_mib = 0;  ///< replay_mib + order_slack in MiB: the quota
+  std::size_t need = 0;      ///< need_mib MiB
+  std::size_t peak_reserved = 0;
+  std::size_t requests = 0, steps = 0, replays = 0, min_request = 0;
+  bool planned = false;
+};
+
+/// The need of serving `model` with `load` on `strategy` (strategy_config() text).
+ServingNeed serving_need_on_strategy(const std::string& model, const ServeOptions& options,
+                                     const ServingLoad& load, const std::string& strategy,
+                                     std::size_t min_request = 0);
+
+}  // namespace modelmem::sizing
