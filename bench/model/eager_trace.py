@@ -3,9 +3,15 @@
 
 Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3-onnx):
 
+  eager_trace.py list
+      prints every classification model of torchvision.models, fewest parameters first (from
+      the weights' metadata; a model without it goes last).
+
   eager_trace.py export MODEL OUT.onnx [SIZE]
       exports torchvision's MODEL (random weights, eval mode, opset 13, batch a symbolic dim
       `batch`) to a graph-only ONNX file (weights keep name, dims and type, not their data).
+      A model over protobuf's 2 GiB is exported with external data in a scratch folder and
+      its weights' data dropped the same way.
 
   eager_trace.py infer MODEL BATCH [SIZE]
       builds the same model and runs two warm-up inferences and one measured inference under
@@ -17,6 +23,11 @@ Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3
       prints the peak live bytes between the two markers above the live bytes at the first
       one, plus the input tensor (which the plan counts as an activation and the program
       allocated before the first marker): the activation peak of one eager inference.
+
+  eager_trace.py peak T.csv
+      the live set at that peak, for comparing it with `modelmem plan --runtime eager
+      --show-live N`: each allocation made since the first marker and live at the peak, in the
+      order made, with its size and its index among those allocations.
 
 SIZE is the input's height and width (224 unless given).
 """
@@ -32,24 +43,49 @@ def build(name):
     return getattr(torchvision.models, name)(weights=None).eval()
 
 
+def list_models():
+    import torchvision
+
+    def params(name):
+        try:
+            return torchvision.models.get_model_weights(name).DEFAULT.meta["num_params"]
+        except Exception:  # no weights or no metadata
+            return float("inf")
+
+    for name in sorted(torchvision.models.list_models(module=torchvision.models),
+                       key=lambda n: (params(n), n)):
+        print(name)
+
+
 def export(name, out, size):
+    import os
+    import tempfile
+
     import onnx
     import torch
 
     torch.manual_seed(0)
     model = build(name)
     x = torch.randn(1, 3, size, size)
-    torch.onnx.export(model, x, out, opset_version=13, input_names=["input"],
-                      output_names=["output"], dynamic_axes={"input": {0: "batch"},
-                                                             "output": {0: "batch"}},
-                      do_constant_folding=True)
-    m = onnx.load(out)
-    for init in m.graph.initializer:
-        if init.data_type == onnx.TensorProto.INT64 and len(init.raw_data) <= 1024:
-            continue  # reshape targets and axes: shape inference reads them
-        for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data"):
-            init.ClearField(field)
-    onnx.save(m, out)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out))) as scratch:
+        raw = os.path.join(scratch, "model.onnx")
+        torch.onnx.export(model, x, raw, opset_version=13, input_names=["input"],
+                          output_names=["output"], dynamic_axes={"input": {0: "batch"},
+                                                                 "output": {0: "batch"}},
+                          do_constant_folding=True)
+        del model
+        m = onnx.load(raw, load_external_data=False)
+        for init in m.graph.initializer:
+            if init.data_location == onnx.TensorProto.EXTERNAL:
+                if init.data_type == onnx.TensorProto.INT64:
+                    onnx.external_data_helper.load_external_data_for_tensor(init, scratch)
+                init.ClearField("external_data")
+                init.data_location = onnx.TensorProto.DEFAULT
+            if init.data_type == onnx.TensorProto.INT64 and len(init.raw_data) <= 1024:
+                continue  # reshape targets and axes: shape inference reads them
+            for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data"):
+                init.ClearField(field)
+        onnx.save(m, out)
 
 
 def infer(name, batch, size):
@@ -68,6 +104,41 @@ def infer(name, batch, size):
         del y
         mark = torch.empty(MARK_BYTES, dtype=torch.uint8)
         del mark
+
+
+def replay(path):
+    """Yields (index, event, address, bytes) of the requests between the two markers."""
+    marks = 0
+    index = 0
+    with open(path, newline="") as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            event = row["event"]
+            if event not in ("alloc", "free"):
+                continue
+            if event == "alloc" and int(row["size"]) == MARK_BYTES:
+                marks += 1
+                if marks == 2:
+                    return
+                continue
+            if marks == 1:
+                yield index, event, row["address"], int(row["size"])
+                index += 1
+    sys.exit(f"{path}: the two marker requests of {MARK_BYTES} bytes are not in the trace")
+
+
+def peak(path):
+    live, current, best, best_set = {}, 0, -1, {}
+    for index, event, address, nbytes in replay(path):
+        if event == "alloc":
+            live[address] = (index, nbytes)
+            current += nbytes
+            if current > best:
+                best, best_set = current, dict(live)
+        elif address in live:
+            current -= live.pop(address)[1]
+    print(f"peak {best} B above the first marker, {len(best_set)} allocations live")
+    for index, nbytes in sorted(best_set.values()):
+        print(f"  #{index:<6} {nbytes:>14,} B")
 
 
 def measure(path, batch, size):
@@ -101,10 +172,14 @@ def measure(path, batch, size):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if len(args) >= 3 and args[0] == "export":
+    if args == ["list"]:
+        list_models()
+    elif len(args) >= 3 and args[0] == "export":
         export(args[1], args[2], int(args[3]) if len(args) > 3 else 224)
     elif len(args) >= 3 and args[0] == "infer":
         infer(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224)
+    elif len(args) == 2 and args[0] == "peak":
+        peak(args[1])
     elif len(args) >= 3 and args[0] == "measure":
         measure(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224)
     else:

@@ -4,41 +4,128 @@
 # measure its activation peak from the trace (bench/model/eager_trace.py) and compare it with
 # the eager peak `modelmem plan --runtime eager` prints. Needs Debian's python3-torch,
 # python3-torchvision and python3-onnx.
-# Usage: [SIZE=224] bench/model/eager_validation.sh [BUILD_DIR] [WORK_DIR] [MODEL...]
-# SIZE is the input's height and width. A model that does not export (or run) at SIZE gets a
-# row saying so instead of failing the run.
-set -euo pipefail
+#
+# Usage: [SIZE=224] [BATCHES="1 8"] [TIMEOUT=1800] [FRESH=1]
+#        bench/model/eager_validation.sh [BUILD_DIR] [WORK_DIR] [MODEL... | all]
+#   MODEL...  torchvision model names; none: resnet50 mobilenet_v2 densenet121 resnet18;
+#             `all`: every classification model of torchvision.models (list_models), smallest
+#             (fewest parameters) first.
+#   SIZE      the input's height and width.
+#   KEEP_TRACES=1 keeps each inference's trace (WORK_DIR/MODEL.bB.csv) to compare live sets.
+#   TIMEOUT   seconds one export or one inference may take; past it the model gets a row
+#             saying so and the run goes on.
+#   Resuming: each measured PyTorch peak is kept in WORK_DIR/MODEL.bB.measured (and the ONNX
+#             export in WORK_DIR/MODEL.onnx) and reused by the next run, which plans again with
+#             the build given (FRESH=1 re-measures everything). A failure row is kept the same
+#             way (MODEL.bB.row), except a timeout or a kill, which the next run retries.
+# A model that does not export, run, or fit in memory at SIZE gets a row saying why instead
+# of failing the run; the exports and inferences run with oom_score_adj 1000 (the kernel kills
+# them first, not a neighbour) under `nice -n 10`. Exit status 1 when a measured model is more
+# than 5 % off, 0 otherwise.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}")
 work=${2:-/tmp/modelmem_eager_validation}
-shift $(( $# > 2 ? 2 : $# ))
+shift $(($# > 2 ? 2 : $#))
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(resnet50 mobilenet_v2 densenet121 resnet18)
 tool=$build/modelmem
 size=${SIZE:-224}
+batches=${BATCHES:-1 8}
+limit=${TIMEOUT:-1800}
 script=$PWD/bench/model/eager_trace.py
+py=/usr/bin/python3
 mkdir -p "$work"
+if [ "${models[*]}" = all ]; then
+  mapfile -t models < <($py "$script" list) || { echo "cannot list torchvision's models" >&2; exit 2; }
+fi
+[ -n "${FRESH:-}" ] && rm -f "$work"/*.row "$work"/*.measured
+
+# Runs "$@" nicely, first in line for the OOM killer, under the timeout; prints why it failed.
+guarded() {
+  local log=$1 rc
+  shift
+  (echo 1000 >/proc/self/oom_score_adj 2>/dev/null; exec timeout -k 10 "$limit" nice -n 10 "$@") \
+    >"$log" 2>&1
+  rc=$?
+  case $rc in
+    0) return 0 ;;
+    124) echo "timed out after ${limit} s" ;;
+    137) echo "killed (out of memory; SIGKILL)" ;;
+    *) echo "exit $rc: $(grep -v '^\s*$' "$log" | grep -iv warn | tail -1 | tr '|' '/' | cut -c1-120)" ;;
+  esac
+  return 1
+}
+# Prints a failure row; keeps it for the next run unless the failure was a timeout or a kill.
+failed() {
+  emit "$2"
+  case $2 in *"timed out"* | *killed*) ;; *) echo "$2" >"$1" ;; esac
+}
+mib() { $py -c "print(f'{$1 / 1048576:.2f} MiB')"; }
+
+table=$work/table.md
+: >"$table"
+emit() { echo "$1" | tee -a "$table"; }
 date -u
 echo
 echo "| model | batch | plan eager peak | PyTorch eager peak (trace) | plan / trace | ideal arena |"
 echo "|---|---|---|---|---|---|"
-worst=0
 for m in "${models[@]}"; do
-  [ -f "$work/$m.onnx" ] || /usr/bin/python3 "$script" export "$m" "$work/$m.onnx" "$size" >/dev/null 2>&1 ||
-    { echo "| $m | - | does not export at ${size}x${size} | | | |"; continue; }
-  for b in 1 8; do
-    "$tool" run --conf strategy:caching,preload_threshold_kb:1 --trace "$work/$m.b$b.csv" -- \
-      /usr/bin/python3 "$script" infer "$m" "$b" "$size"
-    measured=$(/usr/bin/python3 "$script" measure "$work/$m.b$b.csv" "$b" "$size")
-    "$tool" plan "$work/$m.onnx" --dim batch=$b --runtime eager --json "$work/$m.b$b.json" >/dev/null
-    read -r eager ideal < <(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['eager_peak_bytes'], j['ideal_arena_bytes'])" "$work/$m.b$b.json")
-    ratio=$(/usr/bin/python3 -c "print(f'{$eager / $measured:.4f}')")
-    off=$(/usr/bin/python3 -c "print(f'{abs($eager / $measured - 1) * 100:.2f}')")
-    worst=$(/usr/bin/python3 -c "print(max($worst, $off))")
-    mib() { /usr/bin/python3 -c "print(f'{$1 / 1048576:.2f} MiB')"; }
-    echo "| $m | $b | $(mib "$eager") | $(mib "$measured") | $ratio | $(mib "$ideal") |"
+  onnx=$work/$m.onnx
+  export_error=
+  for b in $batches; do
+    row=$work/$m.b$b.row
+    if [ -f "$row" ]; then
+      emit "$(cat "$row")"
+      continue
+    fi
+    if [ ! -f "$onnx" ] && [ -z "$export_error" ]; then
+      if ! why=$(guarded "$work/$m.export.log" $py "$script" export "$m" "$onnx.part" "$size"); then
+        export_error="does not export at ${size}x${size}: $why"
+      else
+        mv "$onnx.part" "$onnx"
+      fi
+    fi
+    if [ -n "$export_error" ]; then
+      failed "$row" "| $m | $b | $export_error | | | |"
+      continue
+    fi
+    if [ ! -s "$work/$m.b$b.measured" ]; then
+      if ! why=$(guarded "$work/$m.b$b.log" "$tool" run --conf strategy:caching,preload_threshold_kb:1 \
+        --trace "$work/$m.b$b.csv" -- $py "$script" infer "$m" "$b" "$size"); then
+        failed "$row" "| $m | $b | does not run: $why | | | |"
+        continue
+      fi
+      if ! $py "$script" measure "$work/$m.b$b.csv" "$b" "$size" >"$work/$m.b$b.measured"; then
+        rm -f "$work/$m.b$b.measured"
+        emit "| $m | $b | trace unreadable | | | |"
+        continue
+      fi
+      [ -n "${KEEP_TRACES:-}" ] || rm -f "$work/$m.b$b.csv"  # large models: gigabytes
+    fi
+    measured=$(cat "$work/$m.b$b.measured")
+    if ! "$tool" plan "$onnx" --dim batch="$b" --runtime eager --json "$work/$m.b$b.json" \
+      >"$work/$m.b$b.plan.log" 2>&1; then
+      emit "| $m | $b | plan fails: $(tail -1 "$work/$m.b$b.plan.log" | cut -c1-120) | | | |"
+      continue
+    fi
+    read -r eager ideal < <($py -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['eager_peak_bytes'], j['ideal_arena_bytes'])" "$work/$m.b$b.json")
+    ratio=$($py -c "print(f'{$eager / $measured:.4f}')")
+    emit "| $m | $b | $(mib "$eager") | $(mib "$measured") | $ratio | $(mib "$ideal") |"
   done
 done
+# The summary reads the rows printed above.
+read -r n within worst worst_model < <($py -c "
+import sys
+n = within = 0; worst = 0.0; who = '-'
+for line in sys.stdin:
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    try: ratio = float(cells[4])
+    except (IndexError, ValueError): continue
+    n += 1; off = abs(ratio - 1) * 100
+    within += off <= 5
+    if off > worst: worst, who = off, f'{cells[0]}/b{cells[1]}'
+print(n, within, f'{worst:.2f}', who)" <"$table")
 echo
-echo "largest difference: $worst %"
-/usr/bin/python3 -c "import sys; sys.exit(0 if $worst <= 5 else 1)"
+echo "measured rows: $n, within 5 %: $within, largest difference: $worst % ($worst_model)"
+$py -c "import sys; sys.exit(0 if $worst <= 5 else 1)"
