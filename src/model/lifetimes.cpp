@@ -64,6 +64,108 @@ void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& s
   }
 }
 
+// PyTorch 1.13's CPU convolution (float32, one intra-op thread), as recorded call by call with
+// `modelmem run --trace` (docs/plan.md). It takes oneDNN (mkldnn_convolution) when
+//   (strided or dilated or batch >= 16 or kernel not 1x1) and
+//   (groups > 1 or both kernel dims > 3 or batch > 1 or the input has more than 20480 elements),
+// else its own kernel (slow_conv2d). oneDNN reorders into a channel-blocked layout whose
+// channel count is rounded up to kOneDnnBlock: it copies the input (unless fewer than 16
+// channels and one group: it reads those plain), copies the weights, computes into a blocked
+// output, frees both copies and reorders the blocked output into the plain one; a 1x1 strided
+// kernel first packs one image's strided input. slow_conv2d unfolds the input (im2col) into one
+// buffer for the whole batch, except for a 1x1 kernel with unit stride.
+// Returns what the step holds beyond its input and output, which the plan counts already.
+constexpr std::size_t kOneDnnBlock = 16;  // AVX-512's channel block (AVX2: 8)
+
+std::size_t round_block(std::size_t channels) {
+  return (channels + kOneDnnBlock - 1) / kOneDnnBlock * kOneDnnBlock;
+}
+
+std::size_t conv_workspace_bytes(const Graph& graph, const Node& node,
+                                 const LifetimeOptions& options) {
+  if (node.inputs.size() < 2 || node.inputs[0] < 0 || node.inputs[1] < 0 || node.outputs.empty() ||
+      node.outputs[0] < 0)
+    return 0;
+  const Tensor& x = graph.tensors[node.inputs[0]];
+  const Tensor& w = graph.tensors[node.inputs[1]];
+  const Tensor& y = graph.tensors[node.outputs[0]];
+  const std::size_t rank = x.shape.size();
+  if (rank < 3 || w.shape.size() != rank || y.shape.size() != rank || !in_arena(x)) return 0;
+  auto u = [](std::int64_t v) { return static_cast<std::size_t>(std::max<std::int64_t>(v, 0)); };
+  const std::size_t batch = u(x.shape[0]), ic = u(x.shape[1]), oc = u(y.shape[1]);
+  const std::size_t ic_per_group = u(w.shape[1]);
+  if (ic_per_group == 0 || ic % ic_per_group != 0) return 0;
+  const std::size_t groups = ic / ic_per_group;
+  std::size_t kernel = 1, in_spatial = 1, out_spatial = 1;
+  bool unit_kernel = true, big_kernel = true, strided = false;
+  for (std::size_t d = 2; d < rank; ++d) {
+    kernel *= u(w.shape[d]);
+    in_spatial *= u(x.shape[d]);
+    out_spatial *= u(y.shape[d]);
+    unit_kernel = unit_kernel && w.shape[d] == 1;
+    big_kernel = big_kernel && w.shape[d] > 3;
+    // A 1x1 kernel without padding keeps the size only at stride 1 (the case that matters).
+    strided = strided || (w.shape[d] == 1 && y.shape[d] < x.shape[d]);
+  }
+  const std::size_t e =
+      activation_bytes(x, options.float_bytes) / std::max<std::size_t>(batch * ic * in_spatial, 1);
+  const bool onednn = (strided || batch >= 16 || !unit_kernel) &&
+                      (groups > 1 || big_kernel || batch > 1 || ic * in_spatial > 20480);
+  if (!onednn) {
+    if (unit_kernel && !strided) return 0;
+    return batch * ic * kernel * out_spatial * e;  // im2col
+  }
+  const bool blocked_input = ic >= kOneDnnBlock || groups > 1;
+  const std::size_t in_copy = blocked_input ? batch * round_block(ic) * in_spatial * e : 0;
+  std::size_t w_copy = 0;
+  if (groups == 1)
+    w_copy = round_block(oc) * (blocked_input ? round_block(ic) : ic) * kernel * e;
+  else if (groups == ic && groups == oc)
+    w_copy = round_block(oc) * kernel * e;  // depthwise
+  else
+    w_copy = round_block(oc) * ic_per_group * kernel * e;
+  const std::size_t blocked_out = batch * round_block(oc) * out_spatial * e;
+  const std::size_t packed = unit_kernel && strided ? round_block(ic) * out_spatial * e : 0;
+  const std::size_t out = activation_bytes(y, options.float_bytes);
+  const std::size_t held = std::max(in_copy + w_copy + blocked_out + packed, blocked_out + out);
+  return held > out ? held - out : 0;
+}
+
+bool fusable_op(const std::string& op) {
+  return is_in_place_op(op) || op == "ReduceMean" || op == "Softmax";
+}
+
+// The tensors PyTorch never allocates because one operator computes what the export spelled as
+// several nodes: inside a leaf module (a scope with no sub-scopes, such as nn.SiLU, nn.GELU or
+// nn.LayerNorm, exported as Sigmoid+Mul, Div+Erf+Add+Mul+Mul, ReduceMean+Sub+Pow+...) whose
+// nodes are all elementwise, reductions or layout ops, a tensor made by an elementwise or
+// reduction node and used only inside that module is internal to the one PyTorch operator.
+std::vector<bool> fused_in_leaf_modules(const Graph& graph) {
+  std::vector<bool> fused(graph.tensors.size(), false);
+  std::vector<std::string> leaf(graph.nodes.size());
+  std::map<std::string, bool> is_leaf;  // deepest scope -> no deeper scope, only fusable nodes
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    auto scopes = scopes_of(graph.nodes[v].name);
+    if (scopes.empty()) continue;
+    leaf[v] = scopes.back();
+    const std::string& op = graph.nodes[v].op_type;
+    bool ok = fusable_op(op) || op == "Transpose" || is_alias_op(op);
+    auto [it, fresh] = is_leaf.emplace(leaf[v], ok);
+    if (!fresh) it->second = it->second && ok;
+    for (std::size_t k = 0; k + 1 < scopes.size(); ++k) is_leaf[scopes[k]] = false;
+  }
+  for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
+    const Tensor& t = graph.tensors[i];
+    if (!in_arena(t) || t.graph_output || t.producer < 0 || t.consumers.empty()) continue;
+    const std::string& s = leaf[t.producer];
+    if (s.empty() || !is_leaf[s] || !fusable_op(graph.nodes[t.producer].op_type)) continue;
+    bool inside =
+        std::all_of(t.consumers.begin(), t.consumers.end(), [&](int c) { return leaf[c] == s; });
+    fused[i] = inside;
+  }
+  return fused;
+}
+
 }  // namespace
 
 bool is_in_place_op(const std::string& op) {
@@ -173,6 +275,9 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
 
   if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
 
+  std::vector<bool> fused(graph.tensors.size(), false);
+  if (options.fuse_leaf_modules) fused = fused_in_leaf_modules(graph);
+
   lt.buffer_of.assign(graph.tensors.size(), -1);
   std::vector<int> group_of(graph.tensors.size(), -1);
   std::vector<bool> weight_view(graph.tensors.size(), false);
@@ -194,6 +299,10 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     for (std::size_t k = 0; k < node.outputs.size(); ++k) {
       int o = node.outputs[k];
       if (o < 0 || !in_arena(graph.tensors[o])) continue;
+      if (fused[o]) {
+        ++lt.fused;  // internal to one PyTorch operator: never allocated
+        continue;
+      }
       int g = -1;
       if (options.alias && k == 0 && is_alias_op(node.op_type) && !node.inputs.empty() &&
           node.inputs[0] >= 0) {
@@ -247,18 +356,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   if (options.conv_workspace) {
     for (std::size_t st = 0; st < n; ++st) {
       const Node& node = graph.nodes[lt.order[st]];
-      if (node.op_type != "Conv" || node.inputs.size() < 2 || node.inputs[0] < 0 ||
-          node.inputs[1] < 0)
-        continue;
-      const Tensor& x = graph.tensors[node.inputs[0]];
-      const Tensor& w = graph.tensors[node.inputs[1]];
-      std::size_t kernel = 1;
-      for (std::size_t d = 2; d < w.shape.size(); ++d)
-        kernel *= static_cast<std::size_t>(w.shape[d]);
-      if (kernel <= 1) continue;
-      std::size_t bytes =
-          checked_add(in_arena(x) ? size[node.inputs[0]] : 0,
-                      activation_bytes(w, options.weight_float_bytes), "conv workspace");
+      if (node.op_type != "Conv") continue;
+      std::size_t bytes = conv_workspace_bytes(graph, node, options);
       if (bytes == 0) continue;
       plan::Buffer b;
       b.id = node.name + ":workspace";

@@ -96,33 +96,82 @@ TEST(PlanModel, AStoredFloat16ModelSaysSo) {
   std::filesystem::remove(path);
 }
 
-TEST(PlanModel, EagerCountsConvolutionCopies) {
-  // X [1,4,8,8] float32 = 1 KiB, W1 [4,4,3,3] = 576 B. Plain eager: X is held by the caller,
-  // at the Relu X + A + B = 3 KiB. With the copies, the 3x3 Conv's step holds X + A + a copy of
-  // X and of W1 (1,600 B, a multiple of 64): 3,648 B. The 1x1 Conv makes none.
+// One Conv X -> Y (float32, `pad` on every side, `stride`), planned eager with and without the
+// convolution's own buffers.
+struct ConvCase {
+  std::size_t eager_without, eager_with, workspaces;
+};
+ConvCase plan_conv(std::vector<std::int64_t> x, std::vector<std::int64_t> w, std::int64_t group,
+                   std::int64_t pad, std::int64_t stride) {
   testing::ModelBuilder b;
-  b.input("X", {1, 4, 8, 8}).weight("W1", {4, 4, 3, 3}).weight("W2", {4, 4, 1, 1}).output("Y");
-  auto& c1 = b.node("Conv", {"X", "W1"}, {"A"}, "c1");
-  auto* pads = c1.add_attribute();
-  pads->set_name("pads");
-  pads->set_type(onnx::AttributeProto::INTS);
-  for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  b.node("Relu", {"A"}, {"B"}, "relu");
-  b.node("Conv", {"B", "W2"}, {"Y"}, "c2");
+  b.input("X", {x.begin(), x.end()}).weight("W", w).output("Y");
+  auto& c = b.node("Conv", {"X", "W"}, {"Y"}, "conv");
+  testing::ModelBuilder::int_attr(c, "group", group);
+  auto ints = [&](const char* name, std::int64_t v, int count) {
+    auto* a = c.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int i = 0; i < count; ++i) a->add_ints(v);
+  };
+  ints("pads", pad, 4);
+  ints("strides", stride, 2);
   const std::string path = write_model(b, "conv.onnx");
   PlanOptions o;
   o.eager_conv_workspace = false;
-  EXPECT_EQ(plan_model(path, o).eager_peak, 3072u);
+  ConvCase r;
+  r.eager_without = plan_model(path, o).eager_peak;
   o.eager_conv_workspace = true;
-  ModelPlan w = plan_model(path, o);
-  EXPECT_EQ(w.eager_peak, 1024u + 1024u + 1600u);
-  EXPECT_EQ(w.eager_peak_step, 0u);
-  EXPECT_EQ(w.plan.lifetimes.workspaces, 0u);  // the static plan has none
   o.runtime = Runtime::kEager;
   ModelPlan e = plan_model(path, o);
-  EXPECT_EQ(e.plan.lifetimes.workspaces, 1u);
+  r.eager_with = e.eager_peak;
+  r.workspaces = e.plan.lifetimes.workspaces;
   EXPECT_EQ(e.arena(), e.eager_peak);
   std::filesystem::remove(path);
+  return r;
+}
+
+// The byte counts below are PyTorch 1.13's (one thread, float32), recorded with `modelmem run
+// --trace` around one call of torch.nn.Conv2d: the plan counts X and Y, the workspace the rest.
+TEST(PlanModel, EagerCountsSlowConvUnfold) {
+  // [1,3,56,56] 3x3 -> 24 channels: 9,408 input elements and one group: PyTorch's own kernel,
+  // which unfolds the input into 27 x 3,136 floats (338,688 B) for the call.
+  ConvCase c = plan_conv({1, 3, 56, 56}, {24, 3, 3, 3}, 1, 1, 1);
+  EXPECT_EQ(c.eager_without, 37632u + 301056u);
+  EXPECT_EQ(c.eager_with, 37632u + 301056u + 338688u);
+  EXPECT_EQ(c.workspaces, 1u);
+}
+
+TEST(PlanModel, EagerCountsOneDnnBlockedCopiesPaddedToTheChannelBlock) {
+  // Depthwise [1,24,56,56] 3x3: oneDNN copies the input padded to 32 channels (401,408 B), the
+  // weights (32 x 9 floats: 1,152 B) and computes into a 32-channel output (401,408 B) before
+  // the plain one: 803,968 B above X at once, of which Y's 301,056 are counted already.
+  ConvCase d = plan_conv({1, 24, 56, 56}, {24, 1, 3, 3}, 24, 1, 1);
+  EXPECT_EQ(d.eager_with, 301056u + 803968u);
+  // [1,16,112,112] 3x3 -> 24: the input copy (802,816 B), the weights padded to 32 x 16 x 9
+  // (18,432 B) and the blocked output (1,605,632 B); then, the copies freed, the blocked output
+  // and the plain one (1,204,224 B), the larger pair.
+  ConvCase f = plan_conv({1, 16, 112, 112}, {24, 16, 3, 3}, 1, 1, 1);
+  EXPECT_EQ(f.eager_with, 802816u + 1605632u + 1204224u);
+  // [1,3,112,112] 3x3 -> 24: fewer than 16 input channels are read in place; then the blocked
+  // output and the plain one are live together (1,605,632 + 1,204,224 B).
+  ConvCase g = plan_conv({1, 3, 112, 112}, {24, 3, 3, 3}, 1, 1, 1);
+  EXPECT_EQ(g.eager_with, 150528u + 1605632u + 1204224u);
+}
+
+TEST(PlanModel, EagerCountsStridedOneByOneConvButNotAPlainOne) {
+  // [1,64,56,56] 1x1 stride 2 -> 128: oneDNN packs one image's strided input (200,704 B; the
+  // recorded request is 200,832), copies the input (802,816) and weights (32,768) and computes
+  // into the blocked output (401,408).
+  ConvCase s = plan_conv({1, 64, 56, 56}, {128, 64, 1, 1}, 1, 0, 2);
+  EXPECT_EQ(s.eager_with, 802816u + 200704u + 802816u + 32768u + 401408u);
+  // The same at stride 1 and batch 8 goes to PyTorch's kernel, which reads the input as is.
+  ConvCase p = plan_conv({8, 64, 56, 56}, {128, 64, 1, 1}, 1, 0, 1);
+  EXPECT_EQ(p.eager_with, p.eager_without);
+  EXPECT_EQ(p.workspaces, 0u);
+  // At batch 16 oneDNN takes it: input copy, weights, blocked output, then the blocked and the
+  // plain output together (6,422,528 B each), the larger set.
+  ConvCase q = plan_conv({16, 64, 28, 28}, {128, 64, 1, 1}, 1, 0, 1);
+  EXPECT_EQ(q.eager_with, 3211264u + 6422528u + 6422528u);
 }
 
 TEST(PlanModel, EagerHoldsAModulesArgumentsUntilItReturns) {
@@ -141,6 +190,34 @@ TEST(PlanModel, EagerHoldsAModulesArgumentsUntilItReturns) {
   o.eager_module_scopes = true;
   EXPECT_EQ(plan_model(path, o).eager_peak, 4096u);  // X + P (held) + two neighbours
   std::filesystem::remove(path);
+}
+
+TEST(PlanModel, EagerRunsALeafModuleOfElementwiseNodesAsOneOperator) {
+  // nn.SiLU exported as Sigmoid + Mul inside its module "act": PyTorch computes silu in one
+  // operator, so S is never allocated. Each tensor is 1 KiB; A is act's argument.
+  auto peak = [](const std::string& scope, const std::string& extra_op,
+                 const std::string& extra_name = "") {
+    testing::ModelBuilder b;
+    b.input("X", {1, 256}).output("Y");
+    b.node("Relu", {"X"}, {"A"}, "/pre/Relu");
+    b.node("Sigmoid", {"A"}, {"S"}, scope + "/Sigmoid");
+    b.node("Mul", {"A", "S"}, {"B"}, scope + "/Mul");
+    if (!extra_op.empty())
+      b.node(extra_op, {"B"}, {"C"}, extra_name.empty() ? scope + "/" + extra_op : extra_name);
+    b.node("Relu", {extra_op.empty() ? "B" : "C"}, {"Y"}, "/post/Relu");
+    const std::string path = write_model(b, "silu.onnx");
+    PlanOptions o;
+    ModelPlan mp = plan_model(path, o);
+    std::filesystem::remove(path);
+    return mp.eager_peak;
+  };
+  EXPECT_EQ(peak("/act", ""), 3072u);  // X, A, B at the Mul
+  // A module with a sub-module is no single operator: S is allocated.
+  EXPECT_EQ(peak("/blk", "Relu", "/blk/sub/Relu"), 4096u);  // X, A, S, B at the Mul
+  // Nor is a leaf module with a node of another kind (here ReduceMax; a MatMul, a Conv):
+  // elementwise ops, ReduceMean, Softmax and layout ops only.
+  EXPECT_EQ(peak("/act", "Softmax"), 3072u);
+  EXPECT_EQ(peak("/act", "ReduceMax"), 4096u);
 }
 
 TEST(PlanModel, OptionsAreValidatedBeforeLoading) {

@@ -30,15 +30,24 @@ struct LifetimeOptions {
   /// Graph inputs stay live to the last step (the caller owns them: eager runtimes) instead of
   /// dying after their last use.
   bool inputs_live_throughout = false;
-  /// A Conv whose kernel is larger than 1x1 holds a copy of its input and of its weights for
-  /// its step: PyTorch's CPU convolution (oneDNN) reorders both into its blocked layout on every
-  /// call. Each such step gets one workspace buffer (id "NODE:workspace", no tensors).
+  /// A Conv holds what PyTorch's CPU convolution allocates for the call beyond its input and
+  /// output: oneDNN's copies of the input and weights in its channel-blocked layout (channels
+  /// padded to the block) and its blocked output, or the unfolded input (im2col) of PyTorch's
+  /// own kernel; nothing for a 1x1 unit-stride conv PyTorch runs itself. Which path a conv takes
+  /// follows PyTorch 1.13's rule on batch, kernel, groups and input size (lifetimes.cpp). Each
+  /// such step gets one workspace buffer (id "NODE:workspace", no tensors).
   bool conv_workspace = false;
   /// A tensor passed into a PyTorch module stays live until the module returns (the Python
   /// frames of eager execution hold their arguments). Module scopes are read from the node names
   /// torch.onnx.export writes ("/layer1/layer1.0/conv1/Conv"); nodes without such names have
   /// none, and the option changes nothing for them.
   bool module_scopes = false;
+  /// A leaf module (a torch.onnx scope with no sub-scopes) whose nodes are all elementwise,
+  /// reductions, Softmax or layout ops is one PyTorch operator spelled as several ONNX nodes
+  /// (nn.SiLU as Sigmoid+Mul, nn.GELU as Div+Erf+Add+Mul+Mul, nn.LayerNorm as ReduceMean+Sub+
+  /// Pow+...): a tensor an elementwise or reduction node makes and only that module uses is
+  /// internal to the operator and gets no buffer. Unnamed nodes have no modules.
+  bool fuse_leaf_modules = false;
 };
 
 struct Lifetimes {
@@ -55,6 +64,7 @@ struct Lifetimes {
   std::size_t aliases = 0;                    ///< view outputs sharing their input
   std::size_t weight_views = 0;               ///< views of weights/constants (no activation memory)
   std::size_t workspaces = 0;                 ///< conv_workspace buffers
+  std::size_t fused = 0;                      ///< fuse_leaf_modules: tensors without a buffer
 };
 
 /// Builds the lifetimes. Throws InvalidInput when `order` is not a topological permutation.

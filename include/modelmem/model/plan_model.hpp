@@ -33,9 +33,9 @@ enum class Runtime {
   /// An eager runtime (PyTorch eager): each operator's outputs are allocated while its inputs
   /// are live, nothing is reused in place, a tensor is freed after its last use, views share,
   /// the caller holds the inputs throughout, a module's arguments live until it returns
-  /// (scopes from torch.onnx node names; PlanOptions::eager_module_scopes), and a Conv with a
-  /// kernel larger than 1x1 holds a copy of its input and weights during its call (PyTorch's
-  /// CPU convolution; PlanOptions::eager_conv_workspace).
+  /// (scopes from torch.onnx node names; PlanOptions::eager_module_scopes), and a Conv holds
+  /// what PyTorch's CPU convolution allocates during its call (oneDNN's blocked copies or
+  /// im2col; PlanOptions::eager_conv_workspace).
   kEager,
 };
 std::string runtime_name(Runtime runtime);       ///< "static" or "eager"
@@ -52,7 +52,7 @@ struct PlanOptions {
   Runtime runtime = Runtime::kStatic;  ///< the lifetimes the arena (and JSON/HTML) is planned for
   bool in_place = true;                ///< static runtime: elementwise ops write into dying inputs
   bool alias = true;                   ///< view ops share their input's memory
-  bool eager_conv_workspace = true;    ///< eager: oneDNN's input and weight copies per Conv
+  bool eager_conv_workspace = true;    ///< eager: a Conv's own buffers (oneDNN copies, im2col)
   bool eager_module_scopes = true;     ///< eager: a module's arguments live until it returns
   std::optional<BucketSpec> buckets;   ///< plan per bucket; the main plan uses the largest
   std::string lengths_path;            ///< request lengths file (needs buckets)
