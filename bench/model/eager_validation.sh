@@ -11,6 +11,8 @@
 #             `all`: every classification model of torchvision.models (list_models), smallest
 #             (fewest parameters) first.
 #   SIZE      the input's height and width.
+#   MEASURE=0 measures nothing new: models without a kept measurement get a row saying so
+#             (a table of what an interrupted run measured, planned with today's build).
 #   KEEP_TRACES=1 keeps each inference's trace (WORK_DIR/MODEL.bB.csv) to compare live sets.
 #   TIMEOUT   seconds one export or one inference may take; past it the model gets a row
 #             saying so and the run goes on.
@@ -77,6 +79,10 @@ for m in "${models[@]}"; do
     row=$work/$m.b$b.row
     if [ -f "$row" ]; then
       emit "$(cat "$row")"
+      continue
+    fi
+    if [ "${MEASURE:-1}" = 0 ] && { [ ! -s "$work/$m.b$b.measured" ] || [ ! -f "$onnx" ]; }; then
+      emit "| $m | $b | not measured (run stopped before this model) | | | |"
       continue
     fi
     if [ ! -f "$onnx" ] && [ -z "$export_error" ]; then
