@@ -35,7 +35,9 @@ TEST(PoolNeed, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {
   // Requests the preload leaves to the C library are left out.
   trace::Trace large = allocation_sequence(mp, 3, true, 64 * 1024);
   for (const auto& e : large.events)
-    if (e.kind == alloc::EventKind::kAlloc) EXPECT_GE(e.size, 64u * 1024);
+    if (e.kind == alloc::EventKind::kAlloc) {
+      EXPECT_GE(e.size, 64u * 1024);
+    }
   EXPECT_LT(large.events.size(), seq.events.size());
 }
 

@@ -164,7 +164,9 @@ TEST(PlaceNeed, AServedLlmIsPlacedByItsServingNeedWithItsServingPlansEngineSetti
                                     kMiB + p.kv_block_bytes);
     EXPECT_EQ(n.request, n.need + (m == 0 ? std::size_t{1} << 30 : 256 * kMiB));
     for (const auto& e : p.engines)
-      if (e.engine == "vllm") EXPECT_EQ(n.engine_env.at("MODELMEM_VLLM_ARGS"), e.command);
+      if (e.engine == "vllm") {
+        EXPECT_EQ(n.engine_env.at("MODELMEM_VLLM_ARGS"), e.command);
+      }
     EXPECT_NE(n.engine_env.at("MODELMEM_VLLM_ARGS")
                   .find("--kv-cache-memory-bytes " + std::to_string(p.kv_cache_bytes)),
               std::string::npos);

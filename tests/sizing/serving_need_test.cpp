@@ -55,7 +55,9 @@ TEST(ServingNeed, TheSequenceHoldsTheWeightsAndTheKvCacheThenRunsStepsOfTheStepP
   // Requests below the preload's threshold are left to the C library.
   const ServingSequence host = serving_sequence(kModel, loop_options(), load, 64 * 1024);
   for (const auto& e : host.trace.events)
-    if (e.kind == alloc::EventKind::kAlloc) EXPECT_GE(e.size, 64u * 1024);
+    if (e.kind == alloc::EventKind::kAlloc) {
+      EXPECT_GE(e.size, 64u * 1024);
+    }
   const ServingNeed n = serving_need_on_strategy(kModel, loop_options(), load, "caching");
   EXPECT_GE(n.replay_mib * kMiB, n.peak_live);
   EXPECT_EQ(n.order_slack, 20 * kMiB);  // the steps' requests are above 1 MiB
