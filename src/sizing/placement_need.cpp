@@ -103,7 +103,7 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   const ServingNeed sn =
       serving_need_on_strategy(m.path, o, load, n.strategy, min_request_of(backend, n.strategy));
   n.weights = p.weights_bytes;
-  n.need = sn.need;
+  n.need = sn.pool.need;
   finish(n);
   n.basis = fmt::format(
       "serving need on {}: weights {} + KV {} for {} ({} tokens in {} blocks, {:.2f} sequences "
@@ -111,15 +111,19 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
       "replayed through the pool, {} MiB does not serve it{}; serving plan {}: `plan "
       "--serve --device-memory {}MiB --context {} --max-num-seqs {} --max-batched-tokens {}{}` "
       "prints it",
-      n.strategy, format_bytes(sn.weights), format_bytes(sn.kv),
+      n.strategy, format_bytes(sn.pool.weights), format_bytes(sn.kv),
       s.concurrency > 0 ? fmt::format("{} sequences of {} tokens", s.concurrency, p.context)
                         : fmt::format("{} tokens", s.kv_tokens),
       p.kv_tokens, p.kv_blocks, p.max_concurrency, p.context, p.prefill_tokens, p.decode_batch,
       sn.planned ? "activations planned from the ONNX step graphs, eager lifetimes"
                  : "activations by the config formula, an estimate",
-      sn.min_request ? fmt::format(", requests of {} and more", format_bytes(sn.min_request)) : "",
-      sn.replay_mib - 1,
-      sn.order_slack ? fmt::format(", + {} for PyTorch's order", format_bytes(sn.order_slack)) : "",
+      sn.pool.min_request
+          ? fmt::format(", requests of {} and more", format_bytes(sn.pool.min_request))
+          : "",
+      sn.pool.replay_mib - 1,
+      sn.pool.order_slack
+          ? fmt::format(", + {} for PyTorch's order", format_bytes(sn.pool.order_slack))
+          : "",
       format_bytes(checked_add(non_kv, p.kv_cache_bytes, "need")), o.device_memory / kMiB,
       p.context, o.max_num_seqs, o.max_batched_tokens,
       n.overhead.bytes ? fmt::format(" --overhead {}B", n.overhead.bytes) : " --overhead 0");

@@ -191,29 +191,19 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
 ServingNeed serving_need_on_strategy(const std::string& model, const ServeOptions& options,
                                      const ServingLoad& load, const std::string& strategy,
                                      std::size_t min_request) {
-  ServingNeed n;
-  n.strategy = strategy_config(strategy);
-  n.min_request = min_request;
   const ServingSequence s = serving_sequence(model, options, load, min_request);
-  n.weights = s.weights;
+  NeedOptions no;
+  no.strategy = strategy_config(strategy);
+  no.min_request = min_request;
+  no.inferences = s.steps;
+  ServingNeed n;
+  n.pool = need_of_sequence(s.trace, no, /*eager_order=*/true);
+  n.pool.runtime = "eager";
+  n.pool.weights = s.weights;
   n.kv = s.kv;
   n.decode_peak = s.decode_peak;
   n.prefill_peak = s.prefill_peak;
-  n.steps = s.steps;
   n.planned = s.planned;
-  NeedOptions no;
-  no.strategy = n.strategy;
-  no.min_request = min_request;
-  no.inferences = s.steps;
-  const PoolNeed pn = need_of_sequence(s.trace, no, true);
-  n.peak_live = pn.peak_live;
-  n.requests = pn.requests;
-  n.replay_mib = pn.replay_mib;
-  n.order_slack = pn.order_slack;
-  n.need_mib = pn.need_mib;
-  n.need = pn.need;
-  n.peak_reserved = pn.peak_reserved;
-  n.replays = pn.replays;
   return n;
 }
 

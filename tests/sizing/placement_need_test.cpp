@@ -154,7 +154,7 @@ TEST(PlaceNeed, AServedLlmIsPlacedByItsServingNeedWithItsServingPlansEngineSetti
     ServingLoad load;
     load.tokens = p.kv_tokens;
     load.sequences = m == 0 ? 8 : p.max_sequences;
-    EXPECT_EQ(n.need, serving_need_on_strategy(gpt2.path, o, load, "caching").need);
+    EXPECT_EQ(n.need, serving_need_on_strategy(gpt2.path, o, load, "caching").pool.need);
     EXPECT_GT(n.need, p.weights_bytes + p.kv_cache_bytes);
     if (m == 0)
       EXPECT_GE(p.kv_cache_bytes, 8 * p.sequence_bytes);

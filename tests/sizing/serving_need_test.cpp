@@ -59,9 +59,12 @@ TEST(ServingNeed, TheSequenceHoldsTheWeightsAndTheKvCacheThenRunsStepsOfTheStepP
       EXPECT_GE(e.size, 64u * 1024);
     }
   const ServingNeed n = serving_need_on_strategy(kModel, loop_options(), load, "caching");
-  EXPECT_GE(n.replay_mib * kMiB, n.peak_live);
-  EXPECT_EQ(n.order_slack, 20 * kMiB);  // the steps' requests are above 1 MiB
-  EXPECT_EQ(n.need, (n.replay_mib + 20) * kMiB);
+  EXPECT_GE(n.pool.replay_mib * kMiB, n.pool.peak_live);
+  EXPECT_EQ(n.pool.order_slack, 20 * kMiB);  // the steps' requests are above 1 MiB
+  EXPECT_EQ(n.pool.need, (n.pool.replay_mib + 20) * kMiB);
+  EXPECT_EQ(n.pool.weights, s.weights);
+  EXPECT_EQ(n.kv, s.kv);
+  EXPECT_EQ(n.pool.inferences, s.steps);
 }
 
 class ServedQuota : public ::testing::Test {
@@ -122,7 +125,7 @@ TEST_F(ServedQuota, TheServingLoopRunsInThePlacedPoolAndIsRefusedOneSegmentLess)
   EXPECT_GE(load.tokens, 8u * 512);
   const ServingNeed n =
       serving_need_on_strategy(kModel, loop_options(), load, "caching", 64 * 1024);
-  EXPECT_EQ(pool, n.need_mib);
+  EXPECT_EQ(pool, n.pool.need_mib);
   EXPECT_NE(placed.out.find("serving need on strategy:caching"), std::string::npos) << placed.out;
   EXPECT_EQ(placed.out.find("a guess"), std::string::npos) << placed.out;
 

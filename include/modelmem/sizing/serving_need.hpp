@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "modelmem/sizing/need.hpp"
 #include "modelmem/sizing/serving.hpp"
 #include "modelmem/trace/trace.hpp"
 
@@ -48,18 +49,16 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
                                  const ServingLoad& load, std::size_t min_request = 0);
 
 struct ServingNeed {
-  std::string strategy;  ///< the configuration of the pool's stack (strategy_config)
-  std::size_t weights = 0, kv = 0, decode_peak = 0, prefill_peak = 0;
-  std::size_t peak_live = 0;   ///< requested bytes live at the sequence's peak
-  std::size_t replay_mib = 0;  ///< the smallest whole-MiB quota that serves the sequence
-  /// One more segment for PyTorch eager's order (eager_order_slack, as PoolNeed::order_slack):
-  /// the serving loop of the test decoder, run under the pool, was refused at replay_mib.
-  std::size_t order_slack = 0;
-  std::size_t need_mib = 0;  ///< replay_mib + order_slack in MiB: the quota
-  std::size_t need = 0;      ///< need_mib MiB
-  std::size_t peak_reserved = 0;
-  std::size_t requests = 0, steps = 0, replays = 0, min_request = 0;
-  bool planned = false;
+  /// The replay of the serving sequence through the pool's stack (need_of_sequence): its
+  /// strategy, weights, peak_live, replay_mib, order_slack (one more segment for PyTorch eager's
+  /// order: the serving loop of the test decoder, run under the pool, was refused at
+  /// replay_mib), need_mib and need (the quota), peak_reserved, min_request, requests, replays,
+  /// and inferences (the steps in the sequence). runtime is "eager"; ideal, eager and the
+  /// overhead are not set (a served model's figures are the serving plan's).
+  PoolNeed pool;
+  std::size_t kv = 0;  ///< bytes of the KV blocks held
+  std::size_t decode_peak = 0, prefill_peak = 0;
+  bool planned = false;  ///< steps planned from an ONNX graph (false: the checkpoint formula)
 };
 
 /// The need of serving `model` with `load` on `strategy` (strategy_config() text).
