@@ -20,6 +20,7 @@
 #include "modelmem/model/solve.hpp"
 #include "modelmem/plan/problem.hpp"
 #include "modelmem/sizing/plan_need.hpp"
+#include "sizing/serving_steps.hpp"
 
 namespace modelmem::sizing {
 
@@ -80,32 +81,18 @@ struct StepPlans {
   std::string window_source;  ///< where the sliding windows come from ("" without)
 };
 
-model::LifetimeOptions step_lifetimes(const ServeOptions& o) {
-  model::LifetimeOptions lt;
-  lt.float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
-  lt.weight_float_bytes = lt.float_bytes;
-  return lt;
-}
-
 // One step of the decoder with its KV cache out of the arena: the eager peak of live activation
 // bytes (PyTorch eager lifetimes: no in-place reuse, inputs held, module arguments held) or the
 // arena planned for a static executor with in-place reuse, as `modelmem plan` computes them.
 Step plan_step(const std::string& path, const model::DecoderSignature& sig,
                const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
-  model::LoadOptions load;
-  load.dims = dims;
   model::ModelPlan mp;
-  mp.graph = model::load_onnx(path, load);
-  model::mark_kv_cache(mp.graph, sig);
-  model::LifetimeOptions lt = step_lifetimes(o);
+  mp.graph = step_graph(path, sig, dims);
+  const model::LifetimeOptions lt = step_lifetimes(o);
   mp.weight_float_bytes = lt.weight_float_bytes;
   Step s;
   if (o.runtime == "eager") {
     mp.options.runtime = model::Runtime::kEager;
-    lt.in_place = false;
-    lt.inputs_live_throughout = true;
-    lt.conv_workspace = true;
-    lt.module_scopes = true;
     mp.plan.lifetimes = model::build_lifetimes(mp.graph, lt);
     s.peak = plan::lower_bound(mp.plan.lifetimes.problem);
   } else {
@@ -393,6 +380,28 @@ void add_engines(ServePlan& p, const ServeOptions& o) {
 }
 
 }  // namespace
+
+model::Graph step_graph(const std::string& path, const model::DecoderSignature& sig,
+                        const std::map<std::string, std::int64_t>& dims) {
+  model::LoadOptions load;
+  load.dims = dims;
+  model::Graph g = model::load_onnx(path, load);
+  model::mark_kv_cache(g, sig);
+  return g;
+}
+
+model::LifetimeOptions step_lifetimes(const ServeOptions& o) {
+  model::LifetimeOptions lt;
+  lt.float_bytes = o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
+  lt.weight_float_bytes = lt.float_bytes;
+  if (o.runtime == "eager") {
+    lt.in_place = false;
+    lt.inputs_live_throughout = true;
+    lt.conv_workspace = true;
+    lt.module_scopes = true;
+  }
+  return lt;
+}
 
 ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
   validate(o);

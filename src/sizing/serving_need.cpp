@@ -16,6 +16,7 @@
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/sizing/need.hpp"
+#include "sizing/serving_steps.hpp"
 
 namespace modelmem::sizing {
 namespace {
@@ -27,27 +28,12 @@ struct Step {
   std::size_t peak = 0;  ///< live bytes at its peak
 };
 
-std::size_t float_bytes_of(const ServeOptions& o) {
-  return o.dtype == "fp16" || o.dtype == "bf16" ? 2 : 4;
-}
-
-// The step of an ONNX decoder with its KV cache out of the arena, under PyTorch eager lifetimes
-// (no in-place reuse, inputs held through the step, module arguments held): as plan --serve
-// plans it with --runtime eager.
+// The step of an ONNX decoder with its KV cache out of the arena, as plan --serve plans it
+// (serving_steps.hpp; `o.runtime` is "eager": PyTorch eager lifetimes).
 Step onnx_step(const std::string& path, const model::DecoderSignature& sig,
                const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
-  model::LoadOptions load;
-  load.dims = dims;
-  model::Graph g = model::load_onnx(path, load);
-  model::mark_kv_cache(g, sig);
-  model::LifetimeOptions lt;
-  lt.float_bytes = float_bytes_of(o);
-  lt.weight_float_bytes = lt.float_bytes;
-  lt.in_place = false;
-  lt.inputs_live_throughout = true;
-  lt.conv_workspace = true;
-  lt.module_scopes = true;
-  const plan::Problem problem = model::build_lifetimes(g, lt).problem;
+  const plan::Problem problem =
+      model::build_lifetimes(step_graph(path, sig, dims), step_lifetimes(o)).problem;
   Step s;
   for (const auto& b : problem.buffers)
     if (b.size > 0) s.buffers.emplace_back(b.size, b.start, b.end);
@@ -126,7 +112,7 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
       const model::Graph g = model::load_onnx(onnx, one);
       for (const auto& t : g.tensors)
         if (t.kind == model::TensorKind::kWeight)
-          weights.push_back(model::activation_bytes(t, float_bytes_of(o)));
+          weights.push_back(model::activation_bytes(t, step_lifetimes(o).weight_float_bytes));
     }
     decode = onnx_step(
         onnx, sig,
