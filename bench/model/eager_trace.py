@@ -7,6 +7,9 @@ Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3
       prints every classification model of torchvision.models, fewest parameters first (from
       the weights' metadata; a model without it goes last).
 
+  eager_trace.py params MODEL
+      prints the model's parameter count (from the weights' metadata, else by building it).
+
   eager_trace.py export MODEL OUT.onnx [SIZE]
       exports torchvision's MODEL (random weights, eval mode, opset 13, batch a symbolic dim
       `batch`) to a graph-only ONNX file (weights keep name, dims and type, not their data).
@@ -55,6 +58,15 @@ def list_models():
     for name in sorted(torchvision.models.list_models(module=torchvision.models),
                        key=lambda n: (params(n), n)):
         print(name)
+
+
+def params(name):
+    import torchvision
+
+    try:
+        print(torchvision.models.get_model_weights(name).DEFAULT.meta["num_params"])
+    except Exception:  # no weights or no metadata
+        print(sum(p.numel() for p in build(name).parameters()))
 
 
 def export(name, out, size):
@@ -174,6 +186,8 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args == ["list"]:
         list_models()
+    elif len(args) == 2 and args[0] == "params":
+        params(args[1])
     elif len(args) >= 3 and args[0] == "export":
         export(args[1], args[2], int(args[3]) if len(args) > 3 else 224)
     elif len(args) >= 3 and args[0] == "infer":
