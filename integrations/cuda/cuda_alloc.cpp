@@ -22,6 +22,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/config/listeners.hpp"
 #include "modelmem/config/publish.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
@@ -41,11 +42,20 @@ struct Slot {
   std::string error;
   std::string describe;
   std::vector<monitor::PoolRegistration> registrations;
+  std::unique_ptr<config::EventRelay> relay;  // to the listeners (modelmem_cuda_add_listener)
 };
 
 Slot* slots() {
   static Slot* s = new Slot[kMaxDevices];  // never destroyed, see above
   return s;
+}
+
+// Why the calling thread's last failed pool selection, free or listener call failed.
+thread_local std::string last_error;
+
+config::ListenerRegistry& listeners() {
+  static auto* r = new config::ListenerRegistry;  // never destroyed, see above
+  return *r;
 }
 
 void build_slot(Slot& s, int index) {
@@ -55,7 +65,9 @@ void build_slot(Slot& s, int index) {
     config::Built b = config::build(config, device::make_cuda_device(index));
     s.allocator = b.allocator;
     s.describe = b.allocator->describe();
-    s.registrations = config::publish_stack(config, b, "pytorch", "cuda:" + std::to_string(index));
+    const std::string name = "cuda:" + std::to_string(index);
+    s.registrations = config::publish_stack(config, b, "pytorch", name);
+    s.relay = config::relay_stack(listeners(), config, b, "pytorch", index, name);
     if (const char* v = std::getenv("MODELMEM_VERBOSE"); v != nullptr && *v == '1') {
       std::fprintf(stderr, "modelmem: cuda:%d: %s\n", index, s.describe.c_str());
     }
@@ -91,14 +103,18 @@ MODELMEM_EXPORT void* modelmem_alloc(ssize_t size, int device, cudaStream_t stre
   }
 }
 
-/// PyTorch's free function. Never throws (it runs inside destructors): problems go to stderr.
+/// PyTorch's free function. Never throws (it runs inside destructors): a failed free (a double
+/// free, a pointer modelmem did not hand out, a device without an allocator) is reported on
+/// stderr and replaces the thread's modelmem_cuda_last_error().
 MODELMEM_EXPORT void modelmem_free(void* ptr, size_t /*size*/, int device,
                                    cudaStream_t /*stream*/) {
   if (ptr == nullptr) return;
   try {
     allocator_for(device).deallocate(ptr);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "modelmem: free of %p on cuda:%d failed: %s\n", ptr, device, e.what());
+    char where[32];
+    std::snprintf(where, sizeof where, "cuda:%d", device);
+    config::report_failed_free(last_error, ptr, where, e.what());
   }
 }
 
@@ -154,8 +170,6 @@ MODELMEM_EXPORT const char* modelmem_cuda_describe(int device) {
 
 namespace {
 
-thread_local std::string last_error;
-
 // The stack the thread's selection applies to: the current GPU's (every GPU's stack is built
 // from the same string, so the selection, kept per thread, routes on each of them).
 alloc::Allocator* selection_stack() {
@@ -185,7 +199,22 @@ MODELMEM_EXPORT int modelmem_cuda_pool_pop() {
   return a == nullptr ? -1 : config::pop_pool(*a, last_error);
 }
 
-/// Why the calling thread's last pool selection failed ("" when none did).
+// ---- listening to allocations (MemoryLogger) ----
+
+/// Registers `fn` to be called with every event of every GPU's stack, with the device, the pool
+/// and the stream (config/listener_abi.h): its id (>= 0), or -1 (modelmem_cuda_last_error()).
+MODELMEM_EXPORT int modelmem_cuda_add_listener(modelmem_event_fn fn, void* user) {
+  return listeners().add(fn, user, last_error);
+}
+
+/// Ends registration `id`; when it returns 0, the function is not running and is never called
+/// again. -1 for an id not registered, or a call from inside a listener.
+MODELMEM_EXPORT int modelmem_cuda_remove_listener(int id) {
+  return listeners().remove(id, last_error);
+}
+
+/// Why the calling thread's last failed pool selection, free or listener call failed ("" when
+/// none did).
 MODELMEM_EXPORT const char* modelmem_cuda_last_error() {
   return last_error.c_str();
 }

@@ -25,6 +25,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/config/listeners.hpp"
 #include "modelmem/config/publish.hpp"
 #include "modelmem/config/torch_npu.hpp"
 #include "modelmem/core/error.hpp"
@@ -46,6 +47,7 @@ struct Slot {
   std::atomic<bool> built{false};
   std::string error;
   std::vector<monitor::PoolRegistration> registrations;
+  std::unique_ptr<config::EventRelay> relay;  // to the listeners (modelmem_npu_add_listener)
   std::atomic<double> fraction{0.0};  // set_memory_fraction before the first allocation; 0 = none
 };
 
@@ -55,6 +57,11 @@ Slot* slots() {
 }
 
 thread_local std::string last_error;
+
+config::ListenerRegistry& listeners() {
+  static auto* r = new config::ListenerRegistry;  // never destroyed, see above
+  return *r;
+}
 
 bool verbose() {
   const char* v = std::getenv("MODELMEM_VERBOSE");
@@ -69,7 +76,9 @@ void build_slot(Slot& s, int index) {
       config.values["per_process_memory_fraction"] = core::format_double(f);
     config::Built b = config::build(config, device::make_acl_device(index));
     s.allocator = b.allocator;
-    s.registrations = config::publish_stack(config, b, "npu", "npu:" + std::to_string(index));
+    const std::string name = "npu:" + std::to_string(index);
+    s.registrations = config::publish_stack(config, b, "npu", name);
+    s.relay = config::relay_stack(listeners(), config, b, "npu", index, name);
     if (verbose())
       std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index,
                    conf.variable.empty() ? "defaults" : conf.variable.c_str(),
@@ -151,23 +160,6 @@ MODELMEM_EXPORT void* modelmem_npu_alloc(size_t size, int device, void* stream) 
   return allocate_on(device, size, stream);
 }
 
-namespace {
-
-// A failed free: reported on stderr (the framework's free has no error path) and kept as the
-// thread's last error, so modelmem_npu_last_error() names it rather than an older failure.
-void free_failed(void* ptr, const char* where, const char* why) noexcept {
-  char text[640];
-  std::snprintf(text, sizeof text, "free of %p%s failed: %s", ptr, where, why);
-  std::fprintf(stderr, "modelmem: %s\n", text);
-  try {
-    last_error = text;
-  } catch (...) {  // no memory for the message: the old one is cleared rather than kept
-    last_error.clear();
-  }
-}
-
-}  // namespace
-
 /// The free function; size, device and stream are those of the allocation. Never fails
 /// loudly (it runs inside destructors): a pointer that is not modelmem's is reported on stderr
 /// and in modelmem_npu_last_error().
@@ -179,8 +171,8 @@ MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, v
     a->deallocate(ptr);
   } catch (const std::exception& e) {
     char where[32];
-    std::snprintf(where, sizeof where, " on npu:%d", device);
-    free_failed(ptr, where, e.what());
+    std::snprintf(where, sizeof where, "npu:%d", device);
+    config::report_failed_free(last_error, ptr, where, e.what());
   }
 }
 
@@ -266,7 +258,7 @@ MODELMEM_EXPORT void modelmem_ms_free(void* ptr, size_t /*size*/, void* /*stream
       break;
     }
   }
-  free_failed(ptr, "", why.c_str());
+  config::report_failed_free(last_error, ptr, nullptr, why.c_str());
 }
 
 // ---- per-model pools in one process (pools:[NAME:MiB,...] in the configuration) ----
@@ -298,6 +290,21 @@ MODELMEM_EXPORT int modelmem_npu_pool_pop() {
   alloc::Allocator* a = selection_stack();
   if (a == nullptr) return -1;
   return config::pop_pool(*a, last_error);
+}
+
+// ---- listening to allocations (MemoryLogger) ----
+
+/// Registers `fn` to be called with every event of every NPU's stack (alloc, free, segments,
+/// OOMs, step marks), with the device, the pool and the stream (config/listener_abi.h). Returns
+/// its id (>= 0), or -1 (modelmem_npu_last_error() says why: no function, or 4 registered).
+MODELMEM_EXPORT int modelmem_npu_add_listener(modelmem_event_fn fn, void* user) {
+  return listeners().add(fn, user, last_error);
+}
+
+/// Ends registration `id`; when it returns 0, the function is not running and is never called
+/// again. -1 for an id not registered, or a call from inside a listener.
+MODELMEM_EXPORT int modelmem_npu_remove_listener(int id) {
+  return listeners().remove(id, last_error);
 }
 
 // ---- step marks, statistics, maintenance ----

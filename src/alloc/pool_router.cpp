@@ -1,5 +1,6 @@
-// The router keeps one map entry per live block (pointer -> pool) so a free finds its pool
-// whichever thread made the block; the pools themselves do the work, outside the router's lock.
+// The router keeps one map entry per live block (pointer -> pool, with the size and stream its
+// free event reports) so a free finds its pool whichever thread made the block; the pools
+// themselves do the work, outside the router's lock.
 #include "modelmem/alloc/pool_router.hpp"
 
 #include <algorithm>
@@ -70,7 +71,7 @@ void* PoolRouter::allocate(std::size_t size, Stream stream) {
   }
   try {
     std::lock_guard lock(mutex_);
-    owner_.emplace(p, index);
+    owner_.emplace(p, Owner{index, size, stream});
   } catch (...) {
     target(index).deallocate(p);
     throw;
@@ -81,23 +82,24 @@ void* PoolRouter::allocate(std::size_t size, Stream stream) {
 }
 
 void PoolRouter::deallocate(void* ptr) {
-  int index = 0;
+  Owner owner{};
   {
     std::lock_guard lock(mutex_);
     auto it = owner_.find(ptr);
     if (it == owner_.end())
       throw InvalidInput("pools: free of a pointer no pool handed out (or freed twice)");
-    index = it->second;
+    owner = it->second;
     owner_.erase(it);
   }
+  const int index = owner.index;
   try {
     target(index).deallocate(ptr);
   } catch (...) {
     std::lock_guard lock(mutex_);
-    owner_.emplace(ptr, index);
+    owner_.emplace(ptr, owner);
     throw;
   }
-  emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), 0, 0,
+  emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), owner.size, owner.stream,
        static_cast<std::uint32_t>(index + 1));
 }
 

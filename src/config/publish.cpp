@@ -1,6 +1,7 @@
 // What a pluggable library publishes for its stack (modelmem/config/publish.hpp).
 #include "modelmem/config/publish.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -72,6 +73,19 @@ int pop_pool(alloc::Allocator& stack, std::string& why) {
   if (router->pop_pool()) return 0;
   why = "no pool was selected on this thread";
   return -1;
+}
+
+void report_failed_free(std::string& last_error, const void* ptr, const char* device,
+                        const char* why) noexcept {
+  char text[640];
+  std::snprintf(text, sizeof text, "free of %p%s%s failed: %s", ptr, device ? " on " : "",
+                device ? device : "", why);
+  std::fprintf(stderr, "modelmem: %s\n", text);
+  try {
+    last_error = text;
+  } catch (...) {  // no memory for the message: the old one is cleared rather than kept
+    last_error.clear();
+  }
 }
 
 }  // namespace modelmem::config

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "check.hpp"
+#include "modelmem/config/listener_abi.h"
 #include "modelmem/device/cuda.hpp"
 #include "modelmem/monitor/reader.hpp"
 
@@ -93,10 +95,29 @@ int errors(const char* lib) {
     threw = std::strstr(e.what(), "out of range") != nullptr;
   }
   MM_CHECK(threw);
-  // The pool selection of per-model pools is exported for ctypes.
+  // The pool selection of per-model pools and the listeners are exported for ctypes.
   for (const char* name :
-       {"modelmem_cuda_pool_push", "modelmem_cuda_pool_pop", "modelmem_cuda_last_error"})
+       {"modelmem_cuda_pool_push", "modelmem_cuda_pool_pop", "modelmem_cuda_last_error",
+        "modelmem_cuda_add_listener", "modelmem_cuda_remove_listener"})
     MM_CHECK(dlsym(l.handle, name) != nullptr);
+  auto why = reinterpret_cast<const char* (*)()>(dlsym(l.handle, "modelmem_cuda_last_error"));
+  // A failed free replaces the thread's last error: a pointer modelmem never handed out (on a
+  // GPU), or a device whose allocator cannot be built (without one).
+  alignas(256) static char not_ours[256];
+  l.free(not_ours, sizeof not_ours, 0, nullptr);
+  char expected[64];
+  std::snprintf(expected, sizeof expected,
+                "free of %p on cuda:0 failed: ", static_cast<void*>(not_ours));
+  MM_CHECK(std::strncmp(why(), expected, std::strlen(expected)) == 0);
+  std::printf("failed free: %s\n", why());
+  auto add = reinterpret_cast<int (*)(void (*)(const void*, void*), void*)>(
+      dlsym(l.handle, "modelmem_cuda_add_listener"));
+  auto remove = reinterpret_cast<int (*)(int)>(dlsym(l.handle, "modelmem_cuda_remove_listener"));
+  MM_CHECK(add(nullptr, nullptr) == -1 && std::strstr(why(), "no function") != nullptr);
+  MM_CHECK(remove(0) == -1 && std::strstr(why(), "no listener 0") != nullptr);
+  auto ignore = [](const void*, void*) {};
+  const int id = add(ignore, nullptr);
+  MM_CHECK(id >= 0 && remove(id) == 0);
   return minimal::finish("minimal.cuda_alloc_errors");
 }
 
@@ -140,11 +161,30 @@ int gpu(const char* lib) {
   setenv("MODELMEM_MONITOR_INTERVAL_MS", "20", 1);
   setenv("MODELMEM_POOL_NAME", "minimal-test", 1);
   Lib l = load(lib);
+  // A listener (MemoryLogger's way in) sees the allocation with its device, size and stream.
+  struct Seen {
+    int allocs = 0;
+    bool ok = true;
+  } seen_events;
+  auto add = reinterpret_cast<int (*)(modelmem_event_fn, void*)>(
+      dlsym(l.handle, "modelmem_cuda_add_listener"));
+  auto remove = reinterpret_cast<int (*)(int)>(dlsym(l.handle, "modelmem_cuda_remove_listener"));
+  modelmem_event_fn on_event = [](const modelmem_event* e, void* user) {
+    auto* s = static_cast<Seen*>(user);
+    if (e->kind != MODELMEM_EVENT_ALLOC) return;
+    ++s->allocs;
+    s->ok = s->ok && e->device == 0 && std::strcmp(e->device_name, "cuda:0") == 0 &&
+            std::strcmp(e->pool_name, "minimal-test") == 0 && e->stream != nullptr;
+  };
+  const int listener = add(on_event, &seen_events);
+  MM_CHECK(listener >= 0);
   cudaStream_t stream = nullptr;
   MM_CHECK(cudaStreamCreate(&stream) == cudaSuccess);
   void* p = l.alloc(5 << 20, 0, stream);
   void* q = l.alloc(300, 0, stream);
   MM_CHECK(p != nullptr && q != nullptr);
+  MM_CHECK(remove(listener) == 0);
+  MM_CHECK(seen_events.allocs == 2 && seen_events.ok);
   MM_CHECK(cudaMemsetAsync(p, 1, 5 << 20, stream) == cudaSuccess);
   MM_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
   unsigned long long st[6] = {};

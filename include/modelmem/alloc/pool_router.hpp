@@ -67,7 +67,12 @@ class PoolRouter : public Allocator {
   std::vector<NamedPool> pools_;
   int default_index_ = -1;
   mutable std::mutex mutex_;
-  std::unordered_map<const void*, int> owner_;  ///< live block -> pool index (-1: main)
+  struct Owner {
+    int index;         ///< pool index (-1: main)
+    std::size_t size;  ///< bytes requested, for the free's event
+    Stream stream;
+  };
+  std::unordered_map<const void*, Owner> owner_;  ///< live block -> its pool
 };
 
 }  // namespace modelmem::alloc

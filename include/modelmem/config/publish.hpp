@@ -33,4 +33,11 @@ int push_pool(alloc::Allocator& stack, const char* name, std::string& why);
 /// was no selection.
 int pop_pool(alloc::Allocator& stack, std::string& why);
 
+/// What a library's free does when it fails (a double free, a pointer it did not hand out, a
+/// device without a stack; the framework's free has no error path): "free of PTR on DEVICE
+/// failed: WHY" (without " on DEVICE" when `device` is null) on stderr, and as the thread's
+/// `last_error`, replacing an older message (cleared when there is no memory for the new one).
+void report_failed_free(std::string& last_error, const void* ptr, const char* device,
+                        const char* why) noexcept;
+
 }  // namespace modelmem::config
