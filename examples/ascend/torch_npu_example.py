@@ -11,7 +11,8 @@ terminal shows the NPUs and this process's pool ("npu", or MODELMEM_POOL_NAME).
 
 A model with a quota beside the rest of the process: MODELMEM_ALLOC_CONF='device:npu,
 pools:[big:256]' and its work inside modelmem_npu_pool_push(b"big") ... _pool_pop() (or
-`with modelmem.pool("big"):` from the modelmem package), as at the end of this file.
+`with modelmem.pool("big"):` from the modelmem package), as at the end of this file, followed by
+modelmem.MemoryLogger logging one inference's NPU allocations.
 """
 import ctypes
 import sys
@@ -59,3 +60,17 @@ if mm.modelmem_npu_pool_push(b"big") == 0:
             torch.npu.synchronize()
     finally:
         mm.modelmem_npu_pool_pop()
+
+# Allocation logging (the seed's MemoryLogger), when the modelmem package is installed: every
+# NPU allocation and free with its device, pool, size, stream and Python line.
+try:
+    import modelmem
+except ImportError:
+    modelmem = None
+if modelmem is not None:
+    with modelmem.MemoryLogger() as log, torch.inference_mode():
+        y = model(torch.randn(16, 1024, device="npu"))
+        torch.npu.synchronize()
+    for e in log.events()[:4]:
+        print(e["event"], e["device"], e["pool"], e["size"], e["stream"], e["site"])
+    print("top allocation sites:", [s.site for s in log.analyze(device="npu:%d" % device).sites[:3]])

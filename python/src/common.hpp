@@ -39,6 +39,7 @@ void run_interruptible(const std::function<void()>& f);
 void bind_plans(py::module_& m);
 void bind_traces(py::module_& m);
 void bind_torch(py::module_& m);
+void bind_logger(py::module_& m);
 void bind_place(py::module_& m);
 void bind_serving(py::module_& m);
 void bind_device(py::module_& m);

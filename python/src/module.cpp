@@ -94,6 +94,7 @@ devices=False skips the accelerators, pid keeps one process.)");
   bind_plans(m);
   bind_traces(m);
   bind_torch(m);
+  bind_logger(m);
   bind_place(m);
   bind_serving(m);
   bind_device(m);

@@ -1,6 +1,6 @@
 // modelmem as PyTorch's CPU allocator from Python (use_cpu_allocator), per-model pools routing a
-// thread's allocations (pool), recording a trace of them (handle.trace) and MemoryLogger, which
-// records each allocation with its Python caller. The allocator lives in integrations/libtorch.
+// thread's allocations (pool) and recording a trace of them (handle.trace); MemoryLogger is in
+// logger.cpp. The allocator lives in integrations/libtorch.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
@@ -15,7 +15,6 @@
 #include <unordered_map>
 
 #include "common.hpp"
-#include "frames.h"
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/alloc/quota_adaptor.hpp"
@@ -27,6 +26,7 @@
 #include "modelmem/trace/recorder.hpp"
 #include "modelmem/trace/trace.hpp"
 #include "py_trace.hpp"
+#include "torch_state.hpp"
 #ifdef MODELMEM_PY_TORCH
 #include "modelmem_torch.hpp"
 #endif
@@ -66,8 +66,25 @@ class Tap final : public alloc::Listener {
   std::atomic<int> inflight_{0};
 };
 
+// A pool made here (not one of the CPU allocator's pools:[...]): its events reach the tap with
+// its own pool number, so a trace or MemoryLogger tells the pools apart.
+class PoolTag final : public alloc::Listener {
+ public:
+  PoolTag(alloc::Listener& tap, std::uint32_t pool) : tap_(tap), pool_(pool) {}
+  void on_event(const alloc::Event& e) noexcept override {
+    alloc::Event tagged = e;
+    tagged.pool = pool_;
+    tap_.on_event(tagged);
+  }
+
+ private:
+  alloc::Listener& tap_;
+  const std::uint32_t pool_;
+};
+
 struct Pool {
   std::string name;
+  std::unique_ptr<PoolTag> tag;
   std::optional<std::size_t> quota;
   std::shared_ptr<alloc::Allocator> upstream;
   std::shared_ptr<alloc::Allocator> allocator;  // the quota adaptor, or upstream without quota
@@ -83,11 +100,34 @@ struct State {
   Tap tap;
   monitor::PoolRegistration registration;
   std::map<std::string, std::shared_ptr<Pool>> pools;
+  // Event::pool -> the pool's name: 0 the allocator itself, then its pools:[...], then the pools
+  // made here. Appended under `mutex`; read by MemoryLogger::stop's callers under it too.
+  std::vector<std::string> pool_names{"libtorch"};
 };
 State& state() {
   static State* s = new State;
   return *s;
 }
+
+}  // namespace
+
+bool cpu_allocator_installed() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().allocator != nullptr;
+}
+bool attach_cpu_logger(alloc::Listener* listener) {
+  return state().tap.attach(Tap::kLogger, listener);
+}
+void detach_cpu_logger(alloc::Listener* listener) {
+  state().tap.detach(Tap::kLogger, listener);
+}
+std::string cpu_pool_name(std::uint32_t pool) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return pool < s.pool_names.size() ? s.pool_names[pool] : std::to_string(pool);
+}
+
+namespace {
 
 thread_local std::vector<std::shared_ptr<alloc::Allocator>> t_previous_routes;
 
@@ -136,101 +176,6 @@ class TraceRecording final : public alloc::Listener {
   bool active_ = false;
 };
 
-class Logger final : public alloc::Listener {
- public:
-  explicit Logger(bool stacks) : stacks_(stacks && modelmem_py_frames_supported() != 0) {
-    sites_.emplace_back();
-  }
-  ~Logger() override { stop(); }
-
-  void start() {
-    require_installed("MemoryLogger");
-    if (active_) throw InvalidInput("this MemoryLogger is already active");
-    if (!state().tap.attach(Tap::kLogger, this))
-      throw Unsupported("another MemoryLogger is active (one at a time)");
-    active_ = true;
-  }
-  void stop() {
-    if (!active_) return;
-    state().tap.detach(Tap::kLogger, this);
-    active_ = false;
-  }
-
-  void on_event(const alloc::Event& e) noexcept override {
-    try {
-      modelmem_py_frame f{nullptr, 0};
-      const bool framed = e.kind == EventKind::kAlloc && stacks_ && modelmem_py_caller(&f) != 0;
-      std::lock_guard<std::mutex> lock(mutex_);  // one lock per event
-      std::uint32_t site = 0;
-      if (framed) site = site_of_locked(f);
-      if (e.kind == EventKind::kMark && e.label != nullptr) site = intern_locked(e.label);
-      records_.push_back({e.kind, e.time_ns, e.address, e.size, e.stream, e.pool, e.thread, site});
-    } catch (...) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-
-  std::shared_ptr<trace::Trace> to_trace() const {
-    auto t = std::make_shared<trace::Trace>();
-    t->name = "MemoryLogger";
-    std::lock_guard<std::mutex> lock(mutex_);
-    t->events.reserve(records_.size());
-    for (const Record& r : records_)
-      t->events.push_back(
-          {r.kind, r.time_ns, r.address, r.size, r.stream, r.pool, r.thread, sites_[r.site], 0});
-    t->dropped = dropped_.load();
-    return t;
-  }
-  std::size_t size() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return records_.size();
-  }
-  bool active() const { return active_; }
-  bool stacks() const { return stacks_; }
-
- private:
-  struct Record {
-    EventKind kind;
-    std::uint64_t time_ns;
-    std::uintptr_t address;
-    std::size_t size;
-    alloc::Stream stream;
-    std::uint32_t pool;
-    std::uint64_t thread;
-    std::uint32_t site;
-  };
-  struct KeyHash {
-    std::size_t operator()(const std::pair<const void*, int>& k) const noexcept {
-      return std::hash<const void*>()(k.first) ^
-             (static_cast<std::size_t>(k.second) * 0x9e3779b97f4a7c15ull);
-    }
-  };
-  std::uint32_t site_of_locked(const modelmem_py_frame& f) {
-    auto key = std::make_pair(f.code, f.lasti);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    char text[256];
-    modelmem_py_describe(&f, text, sizeof text);
-    std::uint32_t id = intern_locked(text);
-    cache_.emplace(key, id);
-    return id;
-  }
-  std::uint32_t intern_locked(const std::string& s) {
-    auto [it, inserted] = site_ids_.try_emplace(s, static_cast<std::uint32_t>(sites_.size()));
-    if (inserted) sites_.push_back(s);
-    return it->second;
-  }
-
-  const bool stacks_;
-  bool active_ = false;
-  mutable std::mutex mutex_;
-  std::vector<Record> records_;
-  std::vector<std::string> sites_;
-  std::unordered_map<std::string, std::uint32_t> site_ids_;
-  std::unordered_map<std::pair<const void*, int>, std::uint32_t, KeyHash> cache_;
-  std::atomic<std::uint64_t> dropped_{0};
-};
-
 #ifdef MODELMEM_PY_TORCH
 void install(const std::string& text) {
   State& s = state();
@@ -244,6 +189,8 @@ void install(const std::string& text) {
   }
   auto allocator = build_allocator(text);
   allocator->set_listener(&s.tap);
+  if (auto* router = dynamic_cast<alloc::PoolRouter*>(allocator.get()))
+    for (const alloc::NamedPool& p : router->pools()) s.pool_names.push_back(p.name);
   modelmem::torch::install(allocator);
   s.allocator = allocator;
   s.config = text;
@@ -293,20 +240,6 @@ std::vector<config::PoolQuota> configured_pools(const State& s) {
   config::Config c = parse_config(text);
   return c.has("pools") ? config::parse_pools(c.get("pools")) : std::vector<config::PoolQuota>{};
 }
-
-// The NPU and CUDA pluggable libraries loaded in this process (by torch_npu or PyTorch, through
-// their sonames), with their pool-selection functions.
-struct DeviceLibrary {
-  const char* soname;
-  const char* push;
-  const char* pop;
-  const char* error;
-};
-constexpr DeviceLibrary kDeviceLibraries[] = {
-    {"libmodelmem_npu_alloc.so", "modelmem_npu_pool_push", "modelmem_npu_pool_pop",
-     "modelmem_npu_last_error"},
-    {"libmodelmem_cuda_alloc.so", "modelmem_cuda_pool_push", "modelmem_cuda_pool_pop",
-     "modelmem_cuda_last_error"}};
 
 // Per thread, per `with pool:` level: the libraries whose selection it pushed (held open).
 thread_local std::vector<std::vector<std::pair<void*, const DeviceLibrary*>>> t_device_pushes;
@@ -412,7 +345,9 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
     return p;
   }
   p->upstream = build_allocator(s.config);
-  p->upstream->set_listener(&s.tap);
+  p->tag = std::make_unique<PoolTag>(s.tap, static_cast<std::uint32_t>(s.pool_names.size()));
+  s.pool_names.push_back(name);
+  p->upstream->set_listener(p->tag.get());
   if (q) {
     alloc::QuotaOptions o;
     o.name = name;
@@ -601,40 +536,6 @@ current thread's PyTorch CPU allocations to it (after modelmem.torch.use_cpu_all
 NPU / CUDA allocations when libmodelmem_npu_alloc.so / libmodelmem_cuda_alloc.so is loaded with
 pools:[...] in MODELMEM_ALLOC_CONF. With quota None, a pool the string's pools:[...] lists takes
 its quota from there. The pool shows in modelmem.info() and `modelmem info`.)");
-
-  py::class_<Logger>(m, "MemoryLogger", R"(Records every allocation and free made through modelmem
-while active (`with modelmem.MemoryLogger() as log:`), each allocation with its Python caller
-(file:line function, the innermost frame outside torch and modelmem) when stacks=True.)")
-      .def(py::init<bool>(), py::arg("stacks") = true)
-      .def("__enter__",
-           [](py::object self) {
-             self.cast<Logger&>().start();
-             return self;
-           })
-      .def("__exit__",
-           [](Logger& l, py::object, py::object, py::object) {
-             l.stop();
-             return false;
-           })
-      .def("start", &Logger::start)
-      .def("stop", &Logger::stop)
-      .def_property_readonly("active", &Logger::active)
-      .def_property_readonly("stacks", &Logger::stacks, "whether Python callers are recorded")
-      .def("__len__", &Logger::size)
-      .def("trace", &Logger::to_trace, "The recorded events as a modelmem.Trace.")
-      .def(
-          "save",
-          [](const Logger& l, const std::filesystem::path& fpath) {
-            trace::write_csv(*l.to_trace(), fpath);
-          },
-          py::arg("path"), "Writes the recorded events as a trace CSV (sites in the label column).")
-      .def(
-          "analyze",
-          [](const Logger& l, const std::string& solver, double time_limit) {
-            return analyze_trace(*l.to_trace(), solver, time_limit);
-          },
-          py::arg("solver") = "", py::arg("time_limit") = 2.0,
-          "Trace.analyze() of the recorded events, with the top allocation sites.");
 }
 
 }  // namespace modelmem::python

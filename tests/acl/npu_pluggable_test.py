@@ -32,13 +32,28 @@ EXPORTS = ["modelmem_npu_alloc", "modelmem_npu_free", "modelmem_ms_alloc", "mode
            "modelmem_npu_begin_step", "modelmem_npu_end_step", "modelmem_npu_stats",
            "modelmem_npu_reset_peak", "modelmem_npu_trim", "modelmem_npu_describe",
            "modelmem_npu_warning", "modelmem_npu_last_error", "modelmem_npu_pool_push",
-           "modelmem_npu_pool_pop"]
+           "modelmem_npu_pool_pop", "modelmem_npu_add_listener", "modelmem_npu_remove_listener"]
+PYTHON_DIR = os.environ.get("MODELMEM_PYTHON_DIR", "")  # build/python: the modelmem package
 
 
 class EmulatedAclState(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in
                 ("plain_allocations", "physical_handles", "mappings", "reservations",
                  "used_bytes", "pending_failures")]
+
+
+class Event(ctypes.Structure):
+    """modelmem_event of config/listener_abi.h (version 1)."""
+    _fields_ = [("version", ctypes.c_uint32), ("kind", ctypes.c_uint32),
+                ("device", ctypes.c_int32), ("pool", ctypes.c_uint32),
+                ("time_ns", ctypes.c_uint64), ("address", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("stream", ctypes.c_void_p),
+                ("thread", ctypes.c_uint64), ("device_name", ctypes.c_char_p),
+                ("pool_name", ctypes.c_char_p), ("label", ctypes.c_char_p)]
+
+
+LISTENER = ctypes.CFUNCTYPE(None, ctypes.POINTER(Event), ctypes.c_void_p)
+KINDS = ["alloc", "free", "segment_alloc", "segment_free", "map", "unmap", "oom", "mark"]
 
 
 def load():
@@ -64,6 +79,7 @@ def load():
         getattr(lib, f).restype = ctypes.c_char_p
     lib.modelmem_npu_stats.argtypes = [i, ctypes.POINTER(ctypes.c_ulonglong), i]
     lib.modelmem_npu_pool_push.argtypes = [ctypes.c_char_p]
+    lib.modelmem_npu_add_listener.argtypes = [LISTENER, ctypes.c_void_p]
     return acl, lib
 
 
@@ -459,6 +475,134 @@ def child_last_error_names_the_failed_free():
     print("why:", why)
 
 
+def child_listener():
+    """A C listener registered through ctypes sees each alloc and free with its device, size,
+    pool and stream; after removal it is never called again."""
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    s = stream(acl)
+    seen = []
+
+    def on_event(e, user):
+        e = e.contents
+        assert e.version == 1 and user == 42
+        seen.append((KINDS[e.kind], e.device, e.device_name.decode(), e.pool,
+                     e.pool_name.decode(), e.size, e.stream, e.address,
+                     e.label.decode() if e.label else None))
+
+    callback = LISTENER(on_event)
+    assert lib.modelmem_npu_add_listener(LISTENER(), None) == -1  # no function
+    assert "no function" in lib.modelmem_npu_last_error().decode()
+    listener = lib.modelmem_npu_add_listener(callback, 42)
+    assert listener >= 0, lib.modelmem_npu_last_error()
+    assert lib.modelmem_npu_pool_push(b"bert") == 0
+    p = lib.modelmem_npu_alloc(3 * MiB, 0, s)
+    assert lib.modelmem_npu_alloc(300 * MiB, 0, s) is None  # over bert's quota
+    assert lib.modelmem_npu_pool_pop() == 0
+    q = lib.modelmem_npu_alloc(5000, 0, None)  # the main stack
+    lib.modelmem_npu_begin_step(0)
+    lib.modelmem_npu_free(p, 3 * MiB, 0, s)
+    lib.modelmem_npu_free(q, 5000, 0, None)
+    blocks = [e for e in seen if e[0] in ("alloc", "free")]
+    assert blocks == [("alloc", 0, "npu:0", 1, "bert", 3 * MiB, s.value, p, None),
+                      ("alloc", 0, "npu:0", 0, "npu", 5000, None, q, None),
+                      ("free", 0, "npu:0", 1, "bert", 3 * MiB, s.value, p, None),
+                      ("free", 0, "npu:0", 0, "npu", 5000, None, q, None)], blocks
+    assert ("mark", 0, "npu:0", 0, "npu", 0, None, 0, "step_begin") in seen, seen
+    # Removed: never called again; a second removal says so.
+    assert lib.modelmem_npu_remove_listener(listener) == 0
+    n = len(seen)
+    lib.modelmem_npu_free(lib.modelmem_npu_alloc(MiB, 0, None), MiB, 0, None)
+    assert len(seen) == n
+    assert lib.modelmem_npu_remove_listener(listener) == -1
+    assert "no listener %d is registered" % listener in lib.modelmem_npu_last_error().decode()
+    # At most four at a time.
+    ids = [lib.modelmem_npu_add_listener(callback, 42) for _ in range(5)]
+    assert ids[:4] == [0, 1, 2, 3] and ids[4] == -1, ids
+    assert "4 listeners are registered already" in lib.modelmem_npu_last_error().decode()
+    for i in ids[:4]:
+        assert lib.modelmem_npu_remove_listener(i) == 0
+    print("events:", len(seen))
+
+
+def child_memory_logger():
+    """Scenario (e): modelmem.MemoryLogger records the NPU library's allocations as torch_npu
+    makes them (ctypes, two models' pools on two threads), with device, size, pool, stream and
+    the Python line that allocated; stopped, it records nothing more."""
+    sys.path.insert(0, PYTHON_DIR)
+    import modelmem
+    acl, lib = load()
+    assert acl.aclrtSetDevice(0) == 0
+    s = stream(acl)
+    sizes = {"bert": [3 * MiB, 700 * 1024], "resnet": [5 * MiB, 4096]}
+    made = {}
+
+    def model(name, steps):
+        assert acl.aclrtSetDevice(0) == 0
+        with modelmem.pool(name):
+            for _ in range(steps):
+                blocks = [lib.modelmem_npu_alloc(n, 0, s) for n in sizes[name]]  # model's line
+                assert all(blocks), lib.modelmem_npu_last_error()
+                made[name] = made.get(name, 0) + len(blocks)
+                for b, n in zip(blocks, sizes[name]):
+                    lib.modelmem_npu_free(b, n, 0, s)
+
+    with modelmem.MemoryLogger() as log:
+        threads = [threading.Thread(target=model, args=(name, 200)) for name in sizes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        other = lib.modelmem_npu_alloc(MiB, 0, None)  # no pool selected: the main stack
+        lib.modelmem_npu_free(other, MiB, 0, None)
+    lib.modelmem_npu_free(lib.modelmem_npu_alloc(MiB, 0, None), MiB, 0, None)  # not recorded
+    events = log.events()
+    assert log.devices == ["npu:0"], log.devices
+    assert len(log) == len(events) == 2 * (made["bert"] + made["resnet"] + 1), (len(log), made)
+    for name in sizes:
+        mine = [e for e in events if e["pool"] == name]
+        assert len(mine) == 2 * made[name], (name, len(mine))
+        assert all(e["device"] == "npu:0" and e["stream"] == s.value for e in mine)
+        assert sorted({e["size"] for e in mine}) == sorted(sizes[name])
+        allocs = [e for e in mine if e["event"] == "alloc"]
+        assert {e["site"] for e in allocs} == {"npu_pluggable_test.py:%d <listcomp>" % LINE}, \
+            {e["site"] for e in allocs}
+    main = [e for e in events if e["pool"] == "npu"]
+    assert [(e["event"], e["size"], e["stream"]) for e in main] == \
+        [("alloc", MiB, 0), ("free", MiB, 0)], main
+    # As a trace of the NPU: analyzed here, and saved for `modelmem analyze`.
+    sites = log.analyze(device="npu:0").sites
+    assert sites[0].site.startswith("npu_pluggable_test.py:"), sites
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelmem_npu_log_%d.csv" % os.getpid())
+    log.save(path, device="npu:0")
+    try:
+        out = subprocess.run([CLI, "analyze", path], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        print(out.stdout)
+    finally:
+        os.unlink(path)
+    try:
+        log.trace(device="npu:1")
+        raise AssertionError("a device without events was accepted")
+    except modelmem.InvalidInputError as e:
+        assert "no event on device 'npu:1' (seen: npu:0)" in str(e), e
+    print("events:", len(events))
+
+
+LINE = 0  # the line of child_memory_logger's allocations, found below
+
+
+def _find_line():
+    global LINE
+    with open(os.path.abspath(__file__)) as f:
+        for n, line in enumerate(f, 1):
+            if line.rstrip().endswith("# model's line"):
+                LINE = n
+
+
+_find_line()
+
+
 # ---- the tests ----
 
 def names_of(framework):
@@ -695,6 +839,23 @@ class NpuPluggable(unittest.TestCase):
 
     def test_last_error_names_the_failed_free(self):
         self.check("child_last_error_names_the_failed_free")
+
+    def test_listener_sees_device_size_pool_and_stream(self):
+        self.check("child_listener", MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]")
+
+    @unittest.skipUnless(PYTHON_DIR and CLI, "MODELMEM_PYTHON_DIR (the modelmem package's build "
+                         "folder) or MODELMEM_CLI is not set")
+    def test_scenario_memory_logger_records_the_npu_librarys_allocations(self):
+        # Scenario (e): allocation logging of NPU memory, as the seed asks, with and without
+        # virtual memory (the fallback's one warning, then the same log).
+        for vmm in ("present", "unsupported"):
+            r = self.check("child_memory_logger", MODELMEM_EMULATED_ACL_VMM=vmm,
+                           MODELMEM_ALLOC_CONF="device:npu,expandable_segments:True,"
+                                               "pools:[bert:200,resnet:100]")
+            self.assertIn("events: 1602", r.stdout)
+            self.assertIn("npu_pluggable_test.py:%d" % LINE, r.stdout)  # analyze's top site
+            warned = r.stderr.count("expandable_segments is not supported")
+            self.assertEqual(warned, 0 if vmm == "present" else 1, r.stderr)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ def model(pool, fits, breach):
         lib.modelmem_npu_free(p, fits * MiB, 0, None)
 threads = [threading.Thread(target=model, args=(bert, 50, 20)),
            threading.Thread(target=model, args=(resnet, 24, 10))]
-for t in threads: t.start()
-for t in threads: t.join()
+with modelmem.MemoryLogger() as log:        # the NPU library's allocations, through its listener
+    for t in threads: t.start()
+    for t in threads: t.join()
+got = sorted((e["event"], e["device"], e["pool"], e["size"] // MiB) for e in log.events())
+assert got == [("alloc", "npu:0", "bert", 50), ("alloc", "npu:0", "resnet50", 24),
+               ("free", "npu:0", "bert", 50), ("free", "npu:0", "resnet50", 24)], got
 for name, (p, q, why) in out.items():
     assert p and q is None, (name, out)
     assert "pool '%s' would exceed its quota" % name in why, why

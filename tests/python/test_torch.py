@@ -177,7 +177,21 @@ def test_memory_logger_records_python_callers(tmp_path):
         log.save({str(tmp_path / 'log.csv')!r})
         t = modelmem.Trace.load({str(tmp_path / 'log.csv')!r})
         assert t.analyze().sites[0].site == top.site
-        assert len(log.trace()) == len(log)
+        assert len(log.trace()) == len(log) == len(log.trace(device="cpu"))
+        assert log.devices == ["cpu"]
+        # Each event with its device and pool: the allocator's own, and a pool made here.
+        with modelmem.MemoryLogger() as pools_log:
+            a = torch.empty(1 << 16)
+            with modelmem.pool("side", quota=1 << 22):
+                b = torch.empty(1 << 17)
+            del a, b
+        got = [(e["event"], e["device"], e["pool"], e["size"]) for e in pools_log.events()
+               if e["event"] in ("alloc", "free")]
+        assert ("alloc", "cpu", "libtorch", 1 << 18) in got, got
+        assert ("alloc", "cpu", "side", 1 << 19) in got, got
+        assert [e["site"] for e in pools_log.events()
+                if e["pool"] == "side" and e["event"] == "alloc"] == ["<string>:22 <module>"], \
+            pools_log.events()
         try:
             with modelmem.MemoryLogger(), modelmem.MemoryLogger():
                 pass
