@@ -42,6 +42,11 @@ RESNET_POOL="device:npu:0,strategy:static,static_pool_mb:256"    # MODELMEM_POOL
 #    (modelmem_npu_begin_step / modelmem_npu_end_step around each step).
 PLANNED="device:npu,strategy:planned,planned_steps:marked,planned_fallback:caching"
 
+# 7. Watching (no string of its own): `modelmem info` / `modelmem top` show each process's pools
+#    on npu:N beside the NPU's HBM (the seed's npu-smi view), and modelmem.MemoryLogger logs every
+#    NPU allocation and free of any line above with its device, pool, size, stream and Python line
+#    (docs/ascend.md, "Listening to allocations"; tests/acl/npu_pluggable_test.py runs both).
+
 for conf in "$EXPANDABLE" "$STATIC_FROM_PLAN" "$STATIC_FIXED" "$STATIC_PRESET" "$POOLS" \
     "$BERT_POOL" "$RESNET_POOL" "$PLANNED"; do
   "$MODELMEM" config "$conf" | grep '^allocator:'
