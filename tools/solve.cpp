@@ -101,6 +101,7 @@ int run_solve(const SolveArgs& args) {
   request.solver = args.solver;
   request.time_limit_s = args.time_limit;
   request.threads = args.threads;
+  request.writes_plan = !args.output.empty();
   if (!args.capacity.empty()) request.capacity = parse_bytes(args.capacity, "--capacity");
   std::optional<Progress> progress;
   request.progress = [&progress](const std::string& solver, std::size_t best, double elapsed) {
@@ -146,8 +147,8 @@ void setup_solve(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--capacity", args.capacity, "arena limit in bytes; exit code 1 if no plan fits");
   cmd->add_option("--time-limit", args.time_limit,
-                  "seconds for each searching solver's search (reading the file, the lower bound, "
-                  "validating and writing the plan are not counted; not kept at 10^6 buffers yet)")
+                  "seconds for each solver: everything after reading the file (the lower bound, "
+                  "the search, validating and writing the plan) is kept within it")
       ->capture_default_str();
   cmd->add_option("--threads", args.threads,
                   "threads for the large-instance phase of best (problems over 5,000 buffers)")

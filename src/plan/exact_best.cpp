@@ -3,6 +3,7 @@
 // than kLargeProblem buffers take the large-instance phase instead (plan/large.hpp): the exact
 // decomposition, every part planned on its own on the threads given, the exact search on the
 // parts that set the arena, and a lower bound from a relaxation solved exactly.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -33,6 +34,15 @@ constexpr std::size_t kRefineMax = 300'000;
 /// (the same plan on every machine) rather than on the clock.
 std::size_t refine_budget(double seconds) {
   return static_cast<std::size_t>(std::min(seconds, 1e6) * 2e7);
+}
+
+/// Work units (placed buffers looked at) for the greedy placements' orderings in the large phase:
+/// about what a loaded core scans in 40 % of the limit (5 x 10^7 a second measured on
+/// PanGu-2.6B's placements), so a longer limit tries more orderings, the same ones on every
+/// machine. Never below the registry's default.
+std::size_t placement_budget(double seconds) {
+  return std::max<std::size_t>(static_cast<std::size_t>(std::min(seconds, 1e6) * 0.4 * 5e7),
+                               60'000'000);
 }
 
 std::string percent(std::size_t a, std::size_t b) {
@@ -114,8 +124,9 @@ class BestSolver final : public Solver {
     const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::min(
                                         options.time_limit, std::chrono::duration<double>(1e7)));
     const unsigned threads = std::max(options.threads, 1u);
-    Problem open = problem;
-    open.capacity.reset();
+    // The heuristics and the neighbourhood search never look at the capacity: they take the
+    // problem itself (a copy of a million buffers costs a noticeable part of a short limit).
+    const Problem& open = problem;
 
     // 1. Every heuristic on the whole problem, side by side, the slowest first; ties go to the
     // registry's order. Orderings after each one's first are tried in the first 40% of the time.
@@ -124,24 +135,25 @@ class BestSolver final : public Solver {
     const auto first_phase =
         started + std::chrono::duration_cast<Clock::duration>(
                       std::min(options.time_limit, std::chrono::duration<double>(1e7)) * 0.4);
-    // naive, greedy-size, greedy-breadth, best-fit, run as greedy-breadth, greedy-size,
-    // best-fit, naive on several threads (balance), and fastest first on one (so that a short
-    // time limit still gets the quick ones' plans). Any order gives the same plans.
-    const std::size_t slowest_first[] = {2, 1, 3, 0};
-    const std::size_t fastest_first[] = {0, 3, 1, 2};
-    const std::size_t* run_order = threads > 1 ? slowest_first : fastest_first;
+    // naive, greedy-size, greedy-breadth, best-fit, run fastest first (naive, best-fit,
+    // greedy-size, greedy-breadth) on any number of threads, so that a short time limit still
+    // gets the quick ones' plans. Any order gives the same plans.
+    const std::size_t run_order[] = {0, 3, 1, 2};
     // Each gives up at the deadline (naive never needs to): the plans that finished are kept.
     detail::parallel_for(names.size(), threads, [&](std::size_t t) {
       const std::size_t i = run_order[t % 4];
       try {
-        plans[i] = detail::heuristic_plan(names[i], open, first_phase, deadline);
+        plans[i] = detail::heuristic_plan(names[i], open, first_phase, deadline,
+                                          placement_budget(options.time_limit.count()));
       } catch (const detail::TimeUp&) {
       }
     });
+    const bool real_plan =
+        std::any_of(plans.begin() + 1, plans.end(), [](const auto& p) { return p.has_value(); });
     std::optional<Plan> best;
     std::string best_name;
     if (options.initial && options.initial->offsets.size() == problem.buffers.size() &&
-        validate(open, *options.initial)) {
+        validate(problem, *options.initial, false)) {
       best = options.initial;
       best_name = "initial";
     }
@@ -150,6 +162,20 @@ class BestSolver final : public Solver {
         best = std::move(plans[i]);
         best_name = names[i];
       }
+    }
+    // A limit too short for any heuristic but naive (a million buffers in a second on a busy
+    // core): best-fit's first heap simulation, the quickest real plan, runs to its end anyway.
+    std::string overrun;
+    if (!real_plan) {
+      Plan heap = detail::heuristic_plan("best-fit", problem, started);
+      if (heap.arena_size < best->arena_size) {
+        best = std::move(heap);
+        best_name = "best-fit";
+      }
+      if (Clock::now() > deadline)
+        overrun =
+            "no heuristic but naive finished within the limit: best-fit's first plan completed "
+            "past it";
     }
     const double heuristic_seconds = elapsed();
     const std::size_t peak_bound = lower_bound(problem);
@@ -200,7 +226,7 @@ class BestSolver final : public Solver {
               std::to_string(r.improved) + " improving";
     }
     // 4. A relaxation near the peak solved exactly, with what time is left (at most a tenth).
-    if (best->arena_size > bound) {
+    if (best->arena_size > bound && Clock::now() < deadline) {
       auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                          options.time_limit / 10));
       bound = std::max(bound, detail::window_lower_bound(problem, until));
@@ -223,6 +249,7 @@ class BestSolver final : public Solver {
     } else {
       result.plan = std::move(best);
     }
+    if (!overrun.empty()) note = overrun + (note.empty() ? "" : "; " + note);
     result.note = note;
     result.seconds = elapsed();
     return result;

@@ -13,6 +13,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/free_list.hpp"
 #include "plan/placement.hpp"
+#include "plan/time_sort.hpp"
 
 namespace modelmem::plan::detail {
 namespace {
@@ -60,19 +61,26 @@ class HeapFreeList {
 
 }  // namespace
 
+std::vector<std::size_t> end_order(const Problem& problem) {
+  return stable_order_by(problem.buffers.size(),
+                         [&](std::size_t i) { return problem.buffers[i].end; });
+}
+
 Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice,
-                   Deadline stop_at) {
+                   Deadline stop_at, std::span<const std::size_t> by_end) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
-  std::vector<std::size_t> starts(n), ends(n);
-  std::iota(starts.begin(), starts.end(), 0);
-  std::iota(ends.begin(), ends.end(), 0);
-  std::sort(starts.begin(), starts.end(), [&](std::size_t a, std::size_t b) {
-    if (bufs[a].start != bufs[b].start) return bufs[a].start < bufs[b].start;
-    return rank[a] < rank[b];
-  });
-  std::sort(ends.begin(), ends.end(),
-            [&](std::size_t a, std::size_t b) { return bufs[a].end < bufs[b].end; });
+  // Schedule order: by start, ties by rank (the buffers in rank order, stably sorted by start).
+  std::vector<std::size_t> of_rank(n);
+  for (std::size_t i = 0; i < n; ++i) of_rank[rank[i]] = i;
+  const std::vector<std::size_t> starts = stable_order_by(
+      std::span<const std::size_t>(of_rank), [&](std::size_t i) { return bufs[i].start; });
+  std::vector<std::size_t> own_ends;
+  if (by_end.size() != n) {
+    own_ends = end_order(problem);
+    by_end = own_ends;
+  }
+  const std::span<const std::size_t> ends = by_end;
 
   Plan plan;
   plan.offsets.assign(n, 0);

@@ -54,15 +54,20 @@ class Placer {
 /// Heap simulation: buffers allocated when they start and freed when they end, in schedule
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving
 /// each buffer's rank). O(n log n) plus the gaps skipped for alignment.
-/// Throws TimeUp once `stop_at` has passed.
+/// Throws TimeUp once `stop_at` has passed. `by_end` is end_order(problem) when the caller
+/// has it (several simulations of one problem share it); empty: computed here.
 Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice,
-                   Deadline stop_at = Deadline::max());
+                   Deadline stop_at = Deadline::max(), std::span<const std::size_t> by_end = {});
+/// The buffers' indices sorted by end time.
+std::vector<std::size_t> end_order(const Problem& problem);
 
 /// The heuristics with a deadline (steady clock): orderings after the first are tried, and the
 /// local search moves made, only before it. No deadline: Clock::time_point::max(). Past
 /// `stop_at` even the first ordering gives up: TimeUp.
+/// `work_budget` bounds the orderings tried by the greedy placements in buffers looked at (0:
+/// the registry's default, about 0.1 s); deterministic, unlike the deadline.
 Plan heuristic_plan(const std::string& name, const Problem& problem, Deadline deadline,
-                    Deadline stop_at = Deadline::max());
+                    Deadline stop_at = Deadline::max(), std::size_t work_budget = 0);
 /// The names heuristic_plan takes, in the registry's order.
 const std::vector<std::string>& heuristic_names();
 /// best_heuristic_plan with a deadline.

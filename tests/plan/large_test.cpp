@@ -273,3 +273,20 @@ TEST(ExactLarge, SaysItIsTooLargeInsteadOfOverrunning) {
       << r.note;
   EXPECT_EQ(r.lower_bound, lower_bound(p));
 }
+
+// A limit too short for any heuristic but naive: best still returns a real plan (best-fit's
+// first heap simulation, finished past the limit, and says so), never naive's stack.
+TEST(BestLarge, ALimitTooShortStillGivesBestFitsPlanNotNaives) {
+  Problem p = stacked_steps(30, 400, 4);  // 12,005 buffers
+  SolveOptions o;
+  o.time_limit = std::chrono::nanoseconds(1);
+  SolveResult r = make_best_solver()->solve(p, o);
+  ASSERT_TRUE(r.plan);
+  ASSERT_TRUE(validate(p, *r.plan));
+  const std::size_t naive = make_solver("naive")->solve(p).plan->arena_size;
+  const std::size_t heap = detail::heuristic_plan("best-fit", p, Clock::now()).arena_size;
+  EXPECT_EQ(r.plan->arena_size, heap);
+  EXPECT_LT(r.plan->arena_size, naive);
+  EXPECT_EQ(r.solver, "best-fit");
+  EXPECT_NE(r.note.find("past it"), std::string::npos) << r.note;
+}

@@ -64,6 +64,9 @@ struct Validation {
 /// recorded arena size, and that no two buffers overlap in both time and address (reports the
 /// first such pair by id). O(n log n + k) where k is the number of time-overlapping pairs visited.
 Validation validate(const Problem& problem, const Plan& plan);
+/// validate, with the capacity checked or not (a plan that is valid but over the capacity can
+/// still seed a search), without copying the problem.
+Validation validate(const Problem& problem, const Plan& plan, bool check_capacity);
 
 /// Computes arena_size from offsets (max offset + size), overflow-checked.
 std::size_t arena_size_of(const Problem& problem, const std::vector<std::size_t>& offsets);

@@ -19,8 +19,13 @@ struct SolveRequest {
   std::string file;             ///< the problem (MiniMalloc CSV)
   std::string solver = "best";  ///< a solver name, or "all" for every one
   std::optional<std::size_t> capacity;
-  double time_limit_s = 10;  ///< per searching solver, > 0
-  unsigned threads = 1;      ///< for the large-instance phase of best (SolveOptions::threads)
+  /// Per solver, > 0: what follows reading the file (the lower bound, the solver, validating its
+  /// plan, and writing it when writes_plan) is kept within it, the first solver's share paying
+  /// for the bound; except that `best` finishes one best-fit plan whatever the limit.
+  double time_limit_s = 10;
+  /// The caller will write the best plan (solve --output): its time is kept out of the limit.
+  bool writes_plan = false;
+  unsigned threads = 1;  ///< for the large-instance phase of best (SolveOptions::threads)
   /// Progress of a long search: solver name, best arena so far, seconds. May be empty.
   std::function<void(const std::string&, std::size_t, double)> progress;
   /// Called once the header is known and after each solver, for output as it comes. May be empty.
