@@ -48,6 +48,9 @@ struct SolveReport {
   /// it when it was not ("" when fine or absent).
   std::optional<std::size_t> file_plan_arena;
   std::string file_plan_note;
+  /// Seconds spent reading and parsing the file: the one part of a run the time limit does not
+  /// cover (`read_seconds` in the JSON).
+  double read_seconds = 0;
   /// "best-fit", or "best (found by greedy-size)" when the solver reports another inside it.
   std::string best_from() const;
   /// (best arena - strongest_bound) / best arena: how much of the plan may still be saved, 0
@@ -66,8 +69,8 @@ std::string solve_row_text(const SolveRow& row, std::size_t lower_bound);
 std::string solve_footer_text(const SolveReport& report);
 std::string to_text(const SolveReport& report);
 /// The report as one JSON object (`solve --json`): file, buffers, capacity, peak_live_bound,
-/// proven_lower_bound, file_plan_arena, best {solver, found_by, arena, gap, optimal} or null,
-/// and solvers [{name, found_by, arena, lower_bound, proven_optimal, proven_infeasible,
+/// proven_lower_bound, file_plan_arena, read_seconds, best {solver, found_by, arena, gap, optimal}
+/// or null, and solvers [{name, found_by, arena, lower_bound, proven_optimal, proven_infeasible,
 /// seconds, note}].
 std::string to_json(const SolveReport& report);
 
