@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/heuristics.hpp"
@@ -27,12 +30,23 @@ Time lifetime(const Buffer& b) {
   return b.end - b.start;
 }
 
-Order sorted_order(std::size_t n, auto less) {
+/// Buffers ordered by (key, index) where key(i) is a tuple: sorted as plain keys rather than by
+/// comparing through the buffers (a million buffers: a tenth of a second, not a second), the
+/// same order as a stable sort by key.
+template <typename KeyFn>
+Order keyed_order(std::size_t n, KeyFn key) {
+  using Key = decltype(key(std::size_t{0}));
+  std::vector<std::pair<Key, std::size_t>> keys(n);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = {key(i), i};
+  std::sort(keys.begin(), keys.end());
   Order order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), less);
+  for (std::size_t i = 0; i < n; ++i) order[i] = keys[i].second;
   return order;
 }
+
+/// An ordering made when its turn comes: a deadline may end the list before the later ones are
+/// sorted (four sorts of a million buffers cost seconds on a busy core).
+using OrderMaker = std::function<Order()>;
 
 struct Placement {
   Plan plan;
@@ -45,27 +59,31 @@ struct Placement {
 /// ordering moves the arena more than the gap choice does, so a budget that allows two runs
 /// tries two orders. Past `stop_at` a run gives up, and the plans already made are kept (none:
 /// TimeUp).
-Placement best_placement(const Problem& problem, std::vector<Order> orders,
+Placement best_placement(const Problem& problem, const std::vector<OrderMaker>& makers,
                          Clock::time_point deadline = kNoDeadline,
                          Clock::time_point stop_at = kNoDeadline,
                          std::size_t budget = kWorkBudget) {
   Placement best;
   bool have = false;
   std::size_t work = 0;
-  if (stop_at != kNoDeadline && Clock::now() >= stop_at) throw detail::TimeUp{};
+  auto time_up = [&] { return stop_at != kNoDeadline && Clock::now() >= stop_at; };
+  if (time_up()) throw detail::TimeUp{};
+  std::vector<std::optional<Order>> orders(makers.size());
   detail::Placer placer(problem);
   for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
-    for (Order& order : orders) {
+    for (std::size_t k = 0; k < makers.size(); ++k) {
       std::size_t before = work;
       std::optional<Plan> plan;
       try {
-        plan = placer.place(order, choice, work, stop_at);
+        if (!orders[k]) orders[k] = makers[k]();
+        if (time_up()) throw detail::TimeUp{};
+        plan = placer.place(*orders[k], choice, work, stop_at);
       } catch (const detail::TimeUp&) {
         if (!have) throw;
         return best;
       }
       if (!have || plan->arena_size < best.plan.arena_size) {
-        best = {std::move(*plan), order, choice};
+        best = {std::move(*plan), *orders[k], choice};
         have = true;
       }
       // Stop when the next run would probably cross the budget (or the caller's deadline).
@@ -89,29 +107,21 @@ Plan naive_plan(const Problem& problem) {
   return plan;
 }
 
-std::vector<Order> greedy_size_orders(const Problem& problem) {
+std::vector<OrderMaker> greedy_size_orders(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
-  auto larger = [&](std::size_t a, std::size_t b) { return bufs[a].size > bufs[b].size; };
-  std::vector<Order> orders;
-  // Larger first; among equal sizes, longer-lived first (they constrain more of the schedule).
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (bufs[a].size != bufs[b].size) return larger(a, b);
-    return lifetime(bufs[a]) > lifetime(bufs[b]);
-  }));
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (bufs[a].size != bufs[b].size) return larger(a, b);
-    return bufs[a].start < bufs[b].start;
-  }));
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (bufs[a].size != bufs[b].size) return larger(a, b);
-    return lifetime(bufs[a]) < lifetime(bufs[b]);
-  }));
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (bufs[a].size != bufs[b].size) return larger(a, b);
-    return bufs[a].end > bufs[b].end;
-  }));
-  return orders;
+  // Larger first; among equal sizes, longer-lived first (they constrain more of the schedule),
+  // earlier start, shorter-lived, later end.
+  auto by = [&bufs, n](auto tie) {
+    return [&bufs, n, tie] {
+      return keyed_order(n, [&](std::size_t i) {
+        return std::pair<std::size_t, Time>(~bufs[i].size, tie(bufs[i]));
+      });
+    };
+  };
+  return {
+      by([](const Buffer& b) { return -lifetime(b); }), by([](const Buffer& b) { return b.start; }),
+      by([](const Buffer& b) { return lifetime(b); }), by([](const Buffer& b) { return -b.end; })};
 }
 
 Plan greedy_size_plan(const Problem& problem, Clock::time_point deadline,
@@ -126,10 +136,10 @@ Plan greedy_size_plan(const Problem& problem) {
 // total down, and at each step place its not yet placed buffers. A buffer is therefore placed
 // at the first visited step of its lifetime, so the visit reduces to an ordering of buffers by
 // (rank of the widest step they cover, then a tie-break within the step).
-std::vector<Order> greedy_breadth_orders(const Problem& problem) {
+std::vector<OrderMaker> greedy_breadth_orders(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
-  if (n == 0) return {Order{}};
+  if (n == 0) return {[] { return Order{}; }};
   const std::vector<Time> times = detail::time_points(problem);
   auto index_of = [&](Time t) { return detail::time_index(times, t); };
   // Elementary steps [times[j], times[j+1]) and the live total on each.
@@ -165,18 +175,19 @@ std::vector<Order> greedy_breadth_orders(const Problem& problem) {
     rank[i] = best;
   }
 
-  std::vector<Order> orders;
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (rank[a] != rank[b]) return rank[a] < rank[b];
-    if (bufs[a].size != bufs[b].size) return bufs[a].size > bufs[b].size;
-    return lifetime(bufs[a]) > lifetime(bufs[b]);
-  }));
-  orders.push_back(sorted_order(n, [&](std::size_t a, std::size_t b) {
-    if (rank[a] != rank[b]) return rank[a] < rank[b];
-    if (lifetime(bufs[a]) != lifetime(bufs[b])) return lifetime(bufs[a]) > lifetime(bufs[b]);
-    return bufs[a].size > bufs[b].size;
-  }));
-  return orders;
+  auto shared = std::make_shared<std::vector<std::size_t>>(std::move(rank));
+  return {[&bufs, n, shared] {
+            return keyed_order(n, [&](std::size_t i) {
+              return std::tuple<std::size_t, std::size_t, Time>((*shared)[i], ~bufs[i].size,
+                                                                -lifetime(bufs[i]));
+            });
+          },
+          [&bufs, n, shared] {
+            return keyed_order(n, [&](std::size_t i) {
+              return std::tuple<std::size_t, Time, std::size_t>((*shared)[i], -lifetime(bufs[i]),
+                                                                ~bufs[i].size);
+            });
+          }};
 }
 
 Plan greedy_breadth_plan(const Problem& problem, Clock::time_point deadline,
