@@ -124,6 +124,7 @@ class BestSolver final : public Solver {
     const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::min(
                                         options.time_limit, std::chrono::duration<double>(1e7)));
     const unsigned threads = std::max(options.threads, 1u);
+    const std::size_t peak_bound = lower_bound(problem);  // within the limit, before the search
     // The heuristics and the neighbourhood search never look at the capacity: they take the
     // problem itself (a copy of a million buffers costs a noticeable part of a short limit).
     const Problem& open = problem;
@@ -178,7 +179,6 @@ class BestSolver final : public Solver {
             "past it";
     }
     const double heuristic_seconds = elapsed();
-    const std::size_t peak_bound = lower_bound(problem);
     std::size_t bound = peak_bound;
     std::string note;
 

@@ -136,10 +136,10 @@ Plan greedy_size_plan(const Problem& problem) {
 // total down, and at each step place its not yet placed buffers. A buffer is therefore placed
 // at the first visited step of its lifetime, so the visit reduces to an ordering of buffers by
 // (rank of the widest step they cover, then a tie-break within the step).
-std::vector<OrderMaker> greedy_breadth_orders(const Problem& problem) {
+/// Each buffer's rank: that of the widest step of its lifetime (n > 0).
+std::vector<std::size_t> breadth_rank(const Problem& problem) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
-  if (n == 0) return {[] { return Order{}; }};
   const std::vector<Time> times = detail::time_points(problem);
   auto index_of = [&](Time t) { return detail::time_index(times, t); };
   // Elementary steps [times[j], times[j+1]) and the live total on each.
@@ -175,16 +175,30 @@ std::vector<OrderMaker> greedy_breadth_orders(const Problem& problem) {
     rank[i] = best;
   }
 
-  auto shared = std::make_shared<std::vector<std::size_t>>(std::move(rank));
-  return {[&bufs, n, shared] {
+  return rank;
+}
+
+std::vector<OrderMaker> greedy_breadth_orders(const Problem& problem) {
+  const auto& bufs = problem.buffers;
+  const std::size_t n = bufs.size();
+  if (n == 0) return {[] { return Order{}; }};
+  // The ranks too are made when the first ordering's turn comes, once for both.
+  auto shared = std::make_shared<std::vector<std::size_t>>();
+  auto ranks = [&problem, shared]() -> const std::vector<std::size_t>& {
+    if (shared->empty()) *shared = breadth_rank(problem);
+    return *shared;
+  };
+  return {[&bufs, n, ranks] {
+            const std::vector<std::size_t>& rank = ranks();
             return keyed_order(n, [&](std::size_t i) {
-              return std::tuple<std::size_t, std::size_t, Time>((*shared)[i], ~bufs[i].size,
+              return std::tuple<std::size_t, std::size_t, Time>(rank[i], ~bufs[i].size,
                                                                 -lifetime(bufs[i]));
             });
           },
-          [&bufs, n, shared] {
+          [&bufs, n, ranks] {
+            const std::vector<std::size_t>& rank = ranks();
             return keyed_order(n, [&](std::size_t i) {
-              return std::tuple<std::size_t, Time, std::size_t>((*shared)[i], -lifetime(bufs[i]),
+              return std::tuple<std::size_t, Time, std::size_t>(rank[i], -lifetime(bufs[i]),
                                                                 ~bufs[i].size);
             });
           }};
