@@ -50,6 +50,7 @@ void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& s
       if (!fresh) it->second = std::max(it->second, step_of_node[v]);
     }
   }
+  const std::size_t graph_end = step_of_node.empty() ? 0 : step_of_node.size() - 1;
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
     const Tensor& t = graph.tensors[i];
     if (!in_arena(t)) continue;
@@ -60,6 +61,17 @@ void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& s
         if (std::find(produced_in.begin(), produced_in.end(), s) != produced_in.end()) continue;
         last[i] = std::max(last[i], module_end[s]);
       }
+      // A concatenation made by the module's own code (not inside a sub-module) and passed into
+      // a sub-module: torch.cat's result is bound to a local of the forward (DenseNet's
+      // `concated_features = torch.cat(inputs, 1)`, then norm, relu and conv), or of its caller
+      // (Inception's transformed input), which Python holds until the forward returns. Other
+      // tensors passed straight into a sub-module are mostly temporaries (`self.norm(x + y)`),
+      // freed when it returns; a graph cannot tell a bound local from a temporary.
+      if (t.producer < 0 || graph.nodes[t.producer].op_type != "Concat") continue;
+      const std::size_t depth = produced_in.size();
+      if (scopes[c].size() > depth &&
+          std::equal(produced_in.begin(), produced_in.end(), scopes[c].begin()))
+        last[i] = std::max(last[i], depth == 0 ? graph_end : module_end[produced_in.back()]);
     }
   }
 }
@@ -164,6 +176,19 @@ std::vector<bool> fused_in_leaf_modules(const Graph& graph) {
     fused[i] = inside;
   }
   return fused;
+}
+
+// An activation module after a BatchNormalization the export could not fold into a Conv (the
+// norm comes first: DenseNet's norm -> relu -> conv): torchvision builds these activations with
+// inplace=True, so PyTorch writes them into the norm's output. After a Conv the export folded the
+// norm away and PyTorch allocates the norm's output the graph lacks, which the activation's own
+// buffer stands for.
+bool after_norm(const Graph& graph, const Node& node) {
+  static const std::set<std::string> kActivations = {"Relu", "Clip", "LeakyRelu", "HardSwish",
+                                                     "Elu"};
+  if (!kActivations.count(node.op_type) || node.inputs.empty() || node.inputs[0] < 0) return false;
+  const int p = graph.tensors[node.inputs[0]].producer;
+  return p >= 0 && graph.nodes[p].op_type == "BatchNormalization";
 }
 
 }  // namespace
@@ -320,7 +345,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
           ++lt.aliases;
         }
       }
-      if (g < 0 && options.in_place && is_in_place_op(node.op_type)) {
+      if (g < 0 && (options.in_place && is_in_place_op(node.op_type) ||
+                    options.activation_in_place_after_norm && after_norm(graph, node))) {
         for (int in : node.inputs) {
           if (in < 0 || group_of[in] < 0) continue;
           const Group& cand = groups[group_of[in]];

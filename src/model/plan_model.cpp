@@ -136,6 +136,7 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
   eager.conv_workspace = options.eager_conv_workspace;
   eager.module_scopes = options.eager_module_scopes;
   eager.fuse_leaf_modules = options.eager_module_scopes;
+  eager.activation_in_place_after_norm = true;
 
   plan::SolveOptions solve;
   solve.time_limit = std::chrono::duration<double>(options.time_limit);

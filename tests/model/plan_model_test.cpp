@@ -12,6 +12,8 @@
 #include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
+#include "modelmem/model/graph.hpp"
+#include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 
@@ -190,6 +192,60 @@ TEST(PlanModel, EagerHoldsAModulesArgumentsUntilItReturns) {
   o.eager_module_scopes = true;
   EXPECT_EQ(plan_model(path, o).eager_peak, 4096u);  // X + P (held) + two neighbours
   std::filesystem::remove(path);
+}
+
+TEST(PlanModel, EagerHoldsAConcatenationAModulePassesToASubModuleUntilItReturns) {
+  // DenseNet's layer: `y = torch.cat(xs, 1); return self.b(self.a(y))`. C is made by the module
+  // "layer" itself (not by a sub-module) and passed into its sub-module "a": a local of
+  // layer.forward, which Python holds until the forward returns, not only until "a" returns.
+  // An Add there (`self.a(x + x)`) is a temporary, freed when "a" returns.
+  auto peak = [](const std::string& op, bool scopes) {
+    testing::ModelBuilder b;
+    b.input("X", {1, 128}).output("Y");
+    b.node("Relu", {"X"}, {"P"}, "/pre/Relu");
+    auto& n = b.node(op, {"P", "P"}, {"C"}, "/layer/" + op);
+    if (op == "Concat") testing::ModelBuilder::int_attr(n, "axis", 1);
+    b.node("Relu", {"C"}, {"A"}, "/layer/a/Relu");
+    b.node("Relu", {"A"}, {"B"}, "/layer/b/Relu");
+    b.node("Relu", {"B"}, {"Y"}, "/post/Relu");
+    const std::string path = write_model(b, "locals.onnx");
+    PlanOptions o;
+    o.eager_module_scopes = scopes;
+    const std::size_t peak = plan_model(path, o).eager_peak;
+    std::filesystem::remove(path);
+    return peak;
+  };
+  // At "b": X and P (layer's argument), 512 B each, C (layer's local), A (b's argument) and B,
+  // 1 KiB each.
+  EXPECT_EQ(peak("Concat", true), 4096u);
+  EXPECT_EQ(peak("Concat", false), 2560u);  // X + two neighbours at "b"
+  EXPECT_EQ(peak("Add", true), 2048u);      // X, P and two neighbours, 512 B each
+}
+
+TEST(PlanModel, EagerWritesAnActivationAfterAnUnfoldedNormIntoTheNormsOutput) {
+  // DenseNet's norm -> relu (inplace=True): R shares N's buffer; a Relu after anything else (Q
+  // after R) gets its own, as it stands for the norm output PyTorch allocates after a Conv.
+  testing::ModelBuilder b;
+  b.input("X", {1, 256}).output("Y");
+  for (const char* w : {"s", "bias", "mean", "var"}) b.weight(w, {256});
+  b.node("Relu", {"X"}, {"P"}, "/pre/Relu");
+  b.node("BatchNormalization", {"P", "s", "bias", "mean", "var"}, {"N"},
+         "/norm/BatchNormalization");
+  b.node("Relu", {"N"}, {"R"}, "/relu/Relu");
+  b.node("Relu", {"R"}, {"Q"}, "/act/Relu");
+  b.node("Relu", {"Q"}, {"Y"}, "/post/Relu");
+  const Graph g = load_onnx_bytes(b.bytes(), "norm.onnx", "");
+  LifetimeOptions o;
+  o.in_place = false;
+  o.module_scopes = true;
+  const int n = g.find_tensor("N"), r = g.find_tensor("R"), q = g.find_tensor("Q");
+  Lifetimes plain = build_lifetimes(g, o);
+  EXPECT_NE(plain.buffer_of[r], plain.buffer_of[n]);
+  o.activation_in_place_after_norm = true;
+  Lifetimes shared = build_lifetimes(g, o);
+  EXPECT_EQ(shared.buffer_of[r], shared.buffer_of[n]);
+  EXPECT_NE(shared.buffer_of[q], shared.buffer_of[r]);
+  EXPECT_EQ(shared.problem.buffers.size() + 1, plain.problem.buffers.size());
 }
 
 TEST(PlanModel, EagerRunsALeafModuleOfElementwiseNodesAsOneOperator) {

@@ -40,7 +40,9 @@ struct LifetimeOptions {
   /// A tensor passed into a PyTorch module stays live until the module returns (the Python
   /// frames of eager execution hold their arguments). Module scopes are read from the node names
   /// torch.onnx.export writes ("/layer1/layer1.0/conv1/Conv"); nodes without such names have
-  /// none, and the option changes nothing for them.
+  /// none, and the option changes nothing for them. With it, a Concat a module makes itself
+  /// and passes into a sub-module stays live until the module returns (torch.cat's result is a
+  /// local of the forward: DenseNet's `concated_features`).
   bool module_scopes = false;
   /// A leaf module (a torch.onnx scope with no sub-scopes) whose nodes are all elementwise,
   /// reductions, Softmax or layout ops is one PyTorch operator spelled as several ONNX nodes
@@ -48,6 +50,12 @@ struct LifetimeOptions {
   /// Pow+...): a tensor an elementwise or reduction node makes and only that module uses is
   /// internal to the operator and gets no buffer. Unnamed nodes have no modules.
   bool fuse_leaf_modules = false;
+  /// With in_place off (PyTorch eager): an activation (Relu, Clip, LeakyRelu, HardSwish, Elu)
+  /// whose input is a BatchNormalization's output that dies there writes into it, as
+  /// torchvision's inplace=True activations after a norm the export did not fold into a Conv
+  /// (DenseNet's norm -> relu -> conv). After a Conv the export folds the norm away, and the
+  /// activation's own buffer stands for the norm output PyTorch allocates.
+  bool activation_in_place_after_norm = false;
 };
 
 struct Lifetimes {
