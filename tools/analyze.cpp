@@ -21,7 +21,7 @@ struct AnalyzeArgs {
   trace::AnalyzeOptions options;
 };
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_analyze(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<AnalyzeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "analyze",
@@ -52,7 +52,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(40, &setup);
+CommandRegistration analyze_registration(40, &setup_analyze);
 
 }  // namespace
 }  // namespace modelmem::tools

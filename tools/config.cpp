@@ -13,13 +13,13 @@
 namespace modelmem::tools {
 namespace {
 
-struct Args {
+struct ConfigArgs {
   std::string text;
   bool given = false;
   bool keys = false;
 };
 
-int run(const Args& args) {
+int run_config(const ConfigArgs& args) {
   if (args.keys) {
     std::fputs(config::keys_markdown().c_str(), stdout);
     return 0;
@@ -44,8 +44,8 @@ int run(const Args& args) {
   return 0;
 }
 
-void setup(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<Args>();
+void setup_config(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<ConfigArgs>();
   CLI::App* cmd = app.add_subcommand(
       "config",
       "Parse an allocator configuration (default: $MODELMEM_ALLOC_CONF, else torch_npu's "
@@ -55,11 +55,11 @@ void setup(CLI::App& app, int& exit_code) {
   cmd->add_flag("--keys", args->keys, "List every key as a Markdown table and exit");
   cmd->callback([args, cmd, &exit_code] {
     args->given = cmd->count("STRING") > 0;
-    exit_code = run(*args);
+    exit_code = run_config(*args);
   });
 }
 
-CommandRegistration reg(60, &setup);
+CommandRegistration config_registration(60, &setup_config);
 
 }  // namespace
 }  // namespace modelmem::tools

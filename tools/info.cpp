@@ -15,7 +15,7 @@
 namespace modelmem::tools {
 namespace {
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_info(CLI::App& app, int& exit_code) {
   struct Opts {
     std::int64_t pid = 0;
     bool json = false;
@@ -57,7 +57,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(60, &setup);
+CommandRegistration info_registration(60, &setup_info);
 
 }  // namespace
 }  // namespace modelmem::tools

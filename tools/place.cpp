@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "command.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/sizing/placement.hpp"
 #include "modelmem/sizing/requests.hpp"
 #include "paths.hpp"
@@ -74,13 +74,6 @@ std::vector<sizing::ModelSpec> models_of(const PlaceArgs& a) {
                                    a.replicas);
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw InvalidInput(path + ": cannot open for writing");
-  f << text;
-  if (!f) throw Error(path + ": write failed");
-}
-
 int run_place(const PlaceArgs& a) {
   if (a.devices.empty()) throw InvalidInput("--devices is required (8x64GiB, 8x910A or a file)");
   if (!a.emit.empty() && !a.out.empty()) throw InvalidInput("give --emit or --out, not both");
@@ -121,7 +114,7 @@ int run_place(const PlaceArgs& a) {
                    sizing::Target::kRay}) {
       const std::string file = (fs::path(a.out) / (sizing::target_name(t) + ".yaml")).string();
       try {
-        write_file(file, sizing::emit(pl, t, eo));
+        core::write_file_replacing(file, sizing::emit(pl, t, eo));
         report += fmt::format("{:<14} {}\n", sizing::target_name(t), file);
       } catch (const InvalidInput& e) {
         report += fmt::format("{:<14} not written: {}\n", sizing::target_name(t), e.what());
@@ -189,7 +182,7 @@ void setup_place(CLI::App& app, int& exit_code) {
   cmd->callback([a, &exit_code] { exit_code = run_place(*a); });
 }
 
-CommandRegistration reg(35, &setup_place);
+CommandRegistration place_registration(35, &setup_place);
 
 }  // namespace
 }  // namespace modelmem::tools

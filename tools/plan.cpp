@@ -280,7 +280,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(30, &setup_plan);
+CommandRegistration plan_registration(30, &setup_plan);
 
 }  // namespace
 }  // namespace modelmem::tools

@@ -18,7 +18,7 @@ struct ReplayArgs {
   bool json = false;
 };
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_replay(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ReplayArgs>();
   std::string names;
   for (const auto& s : trace::replay_strategies()) names += (names.empty() ? "" : ", ") + s.name;
@@ -52,7 +52,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(50, &setup);
+CommandRegistration replay_registration(50, &setup_replay);
 
 }  // namespace
 }  // namespace modelmem::tools

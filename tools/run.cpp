@@ -289,7 +289,7 @@ int run(const Args& args) {
   return errno == ENOENT ? 127 : 126;
 }
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_run(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "run",
@@ -320,7 +320,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(75, &setup);
+CommandRegistration run_registration(75, &setup_run);
 
 }  // namespace
 }  // namespace modelmem::tools

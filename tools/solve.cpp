@@ -166,7 +166,7 @@ void setup_solve(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code] { exit_code = run_solve(args); });
 }
 
-CommandRegistration reg(10, &setup_solve);
+CommandRegistration solve_registration(10, &setup_solve);
 
 }  // namespace
 }  // namespace modelmem::tools

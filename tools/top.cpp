@@ -140,7 +140,7 @@ int run_top(double interval, std::string sort, long iterations) {
   return 0;
 }
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_top(CLI::App& app, int& exit_code) {
   struct Opts {
     double delay = 1.0;
     std::string sort = "reserved";
@@ -160,7 +160,7 @@ void setup(CLI::App& app, int& exit_code) {
       [opts, &exit_code] { exit_code = run_top(opts->delay, opts->sort, opts->iterations); });
 }
 
-CommandRegistration reg(61, &setup);
+CommandRegistration top_registration(61, &setup_top);
 
 }  // namespace
 }  // namespace modelmem::tools

@@ -38,7 +38,7 @@ trace::Window parse_window(const std::string& text) {
   return {begin, end};
 }
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_trace(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TraceArgs>();
   CLI::App* cmd = app.add_subcommand(
       "trace", "Convert a trace: modelmem CSV, Perfetto JSON, or a step as a planning problem");
@@ -71,7 +71,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(45, &setup);
+CommandRegistration trace_registration(45, &setup_trace);
 
 }  // namespace
 }  // namespace modelmem::tools

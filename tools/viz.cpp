@@ -21,7 +21,7 @@ struct VizArgs {
   trace::VizOptions options;
 };
 
-void setup(CLI::App& app, int& exit_code) {
+void setup_viz(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<VizArgs>();
   CLI::App* cmd = app.add_subcommand(
       "viz",
@@ -45,7 +45,7 @@ void setup(CLI::App& app, int& exit_code) {
   });
 }
 
-CommandRegistration reg(55, &setup);
+CommandRegistration viz_registration(55, &setup_viz);
 
 }  // namespace
 }  // namespace modelmem::tools

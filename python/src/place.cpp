@@ -118,7 +118,9 @@ void bind_place(py::module_& m) {
           "messages", [](const Placement& p) { return p.messages; },
           "One line per replica that found no device: where it came closest "
           "and by how much it is short.")
-      .def("report", &sizing::render_text, "What `modelmem place` prints.")
+      .def(
+          "report", [](const Placement& p) { return sizing::render_text(p); },
+          "What `modelmem place` prints.")
       .def(
           "emit",
           [](const Placement& p, const std::string& target, bool pods, const std::string& ns,

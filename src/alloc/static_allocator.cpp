@@ -18,7 +18,7 @@
 namespace modelmem::alloc {
 namespace {
 
-std::string hex(std::uintptr_t v) {
+std::string hex_address(std::uintptr_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
@@ -156,7 +156,7 @@ void StaticAllocator::deallocate(void* ptr) {
   auto live = m.live.find(address);
   if (live == m.live.end()) {
     bool inside = address >= m.base && address < m.base + m.usable;
-    throw InvalidInput("static pool: free of " + hex(address) +
+    throw InvalidInput("static pool: free of " + hex_address(address) +
                        (inside ? ", which is not a live block (double free?)"
                                : ", which this pool did not hand out"));
   }

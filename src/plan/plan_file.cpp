@@ -17,9 +17,9 @@ namespace {
 
 constexpr int kMaxDepth = 256;
 
-class Reader {
+class PlanFileReader {
  public:
-  Reader(std::string_view text, const std::string& name) : text_(text), name_(name) {}
+  PlanFileReader(std::string_view text, const std::string& name) : text_(text), name_(name) {}
 
   PlanSizes run() {
     skip_ws();
@@ -254,7 +254,7 @@ std::size_t PlanSizes::total() const {
 }
 
 PlanSizes parse_plan_sizes(std::string_view json, const std::string& name) {
-  return Reader(json, name).run();
+  return PlanFileReader(json, name).run();
 }
 
 PlanSizes read_plan_sizes(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/sizing/placement.hpp"
 #include "sizing/yaml_json.hpp"
@@ -15,9 +16,8 @@
 namespace modelmem::sizing {
 namespace {
 
+using modelmem::kMiB;
 using nlohmann::json;
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;

@@ -25,9 +25,8 @@ namespace modelmem::sizing {
 
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kGiB = std::size_t{1} << 30;
-
+using modelmem::kGiB;
+using modelmem::kMiB;
 std::size_t mib_up(std::size_t bytes) {
   return bytes / kMiB + (bytes % kMiB != 0 ? 1 : 0);
 }

@@ -16,7 +16,7 @@
 namespace modelmem::sizing {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
+using modelmem::kMiB;
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
 constexpr std::size_t kNodeBudget = 2'000'000;  // search nodes before the exact search gives up
 

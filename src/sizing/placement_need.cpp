@@ -19,8 +19,7 @@
 namespace modelmem::sizing {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 std::size_t whole_mib(std::size_t bytes) {
   return checked_add(bytes, kMiB - 1, "request") / kMiB * kMiB;
 }
@@ -33,7 +32,7 @@ const std::string& overhead_of(const ModelSpec& m, const PlaceOptions& o) {
 }
 
 // A fraction of the device ("5%", "0.05") cannot be one figure for devices of several sizes.
-bool is_fraction(const std::string& text) {
+bool is_device_fraction(const std::string& text) {
   return !text.empty() && (text.back() == '%' || text.find('.') != std::string::npos) &&
          std::none_of(text.begin(), text.end(),
                       [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
@@ -147,7 +146,7 @@ void validate_sizing(const std::vector<ModelSpec>& models, const PlaceOptions& o
                   const std::string& who) {
     try {
       strategy_config(strategy);
-      if (is_fraction(overhead))
+      if (is_device_fraction(overhead))
         throw InvalidInput(fmt::format(
             "--overhead '{}': a fraction of the device is not one figure on devices of several "
             "sizes; give a size (512MiB)",

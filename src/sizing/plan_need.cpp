@@ -13,8 +13,7 @@ namespace modelmem::sizing {
 
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 NeedOptions need_options(const SizingOptions& sizing, std::size_t device_memory) {
   NeedOptions o;
   o.strategy = sizing.strategy;

@@ -15,8 +15,7 @@ namespace modelmem::sizing {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 // ---- a small YAML writer: block style, every string double-quoted (JSON escapes are YAML's) --
 
 bool plain_key(const std::string& k) {

@@ -23,18 +23,18 @@ namespace {
 
 // One step's blocks in the order a runtime takes and gives them back: (size, start, end); at a
 // step, frees before allocations.
-struct Step {
+struct ServedStep {
   std::vector<std::tuple<std::size_t, plan::Time, plan::Time>> buffers;
   std::size_t peak = 0;  ///< live bytes at its peak
 };
 
 // The step of an ONNX decoder with its KV cache out of the arena, as plan --serve plans it
 // (serving_steps.hpp; `o.runtime` is "eager": PyTorch eager lifetimes).
-Step onnx_step(const std::string& path, const model::DecoderSignature& sig,
-               const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
+ServedStep onnx_step(const std::string& path, const model::DecoderSignature& sig,
+                     const std::map<std::string, std::int64_t>& dims, const ServeOptions& o) {
   const plan::Problem problem =
       model::build_lifetimes(step_graph(path, sig, dims), step_lifetimes(o)).problem;
-  Step s;
+  ServedStep s;
   for (const auto& b : problem.buffers)
     if (b.size > 0) s.buffers.emplace_back(b.size, b.start, b.end);
   return s;
@@ -42,20 +42,20 @@ Step onnx_step(const std::string& path, const model::DecoderSignature& sig,
 
 // A checkpoint's step without a graph: the formula's bytes (plan_serving's activation figure for
 // that step) as the blocks it counts, all live at once.
-Step formula_step(const model::ModelConfig& c, std::size_t elem, std::int64_t tokens,
-                  std::int64_t logit_rows, std::size_t total) {
+ServedStep formula_step(const model::ModelConfig& c, std::size_t elem, std::int64_t tokens,
+                        std::int64_t logit_rows, std::size_t total) {
   const std::size_t hidden = checked_mul(static_cast<std::size_t>(tokens),
                                          static_cast<std::size_t>(c.hidden) * elem, "activations");
   const std::size_t logits = checked_mul(static_cast<std::size_t>(logit_rows) * 4,
                                          static_cast<std::size_t>(c.vocab), "logits");
-  Step s;
+  ServedStep s;
   const std::size_t fixed = 2 * hidden + logits;
   for (std::size_t size : {hidden, hidden, total > fixed ? total - fixed : 0, logits})
     if (size > 0) s.buffers.emplace_back(size, 0, 1);
   return s;
 }
 
-void finish_step(Step& s, std::size_t min_request) {
+void finish_step(ServedStep& s, std::size_t min_request) {
   std::vector<std::pair<plan::Time, long long>> events;
   for (const auto& [size, start, end] : s.buffers) {
     if (size < min_request) continue;
@@ -82,7 +82,7 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
 
   ServingSequence out;
   std::vector<std::size_t> weights;
-  Step decode, prefill;
+  ServedStep decode, prefill;
   const std::string& onnx = p.source == "onnx" ? model : options.onnx;
   if (p.source == "checkpoint") {
     const model::Checkpoint ck = model::read_checkpoint(model);
@@ -153,7 +153,7 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
                                  : checked_mul(layer.bytes_per_token, load.tokens, "KV cache");
     hold(size, out.kv);
   }
-  auto run = [&](const Step& s) {
+  auto run = [&](const ServedStep& s) {
     std::vector<std::tuple<plan::Time, int, std::size_t>> order;
     for (std::size_t i = 0; i < s.buffers.size(); ++i) {
       if (std::get<0>(s.buffers[i]) < min_request) continue;
@@ -170,7 +170,7 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
     push(EventKind::kMark, 0, 0, "step_end");
     ++out.steps;
   };
-  for (const Step* s : {&prefill, &prefill, &decode, &prefill, &decode}) run(*s);
+  for (const ServedStep* s : {&prefill, &prefill, &decode, &prefill, &decode}) run(*s);
   return out;
 }
 

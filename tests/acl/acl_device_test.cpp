@@ -7,15 +7,15 @@
 #include <thread>
 
 #include "acl/emulation.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/acl.hpp"
 
 namespace modelmem::device {
 namespace {
 
+using modelmem::kMiB;
 using testing::Emulation;
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
 TEST(AclRuntime, NoLibraryMeansNoAscendRuntimeHere) {
   setenv("MODELMEM_ACL_LIBRARY", "/nonexistent/libascendcl.so", 1);
   AclAvailability a = acl_availability();

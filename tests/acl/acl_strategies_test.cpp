@@ -15,15 +15,15 @@
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/acl.hpp"
 
 namespace modelmem {
 namespace {
 
+using modelmem::kMiB;
 using testing::Emulation;
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
 // Live blocks with their sizes and a tag written at both ends; checks no two overlap.
 class Ledger {
  public:

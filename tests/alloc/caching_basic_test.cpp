@@ -9,6 +9,7 @@
 
 #include "event_recorder.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -17,9 +18,8 @@
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 device::DevicePtr limited(std::size_t capacity) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -19,9 +20,8 @@
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 struct Outcome {
   int ooms = 0;
 };

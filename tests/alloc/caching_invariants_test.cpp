@@ -6,6 +6,7 @@
 
 #include "alloc/caching/impl.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
 
@@ -19,8 +20,8 @@ struct CachingAllocatorTestAccess {
 
 namespace {
 
-constexpr std::size_t kKiB = 1024, kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 using PoolImpl = CachingAllocatorTestAccess::Impl;
 
 PoolImpl& impl(CachingAllocator& a) {

@@ -15,15 +15,15 @@
 
 #include "alloc/pool_invariants.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 std::size_t ops_per_thread() {
   if (const char* env = std::getenv("MODELMEM_STRESS_OPS")) return std::strtoull(env, nullptr, 10);
   // With the invariant checker after every operation (O(blocks) each, under the pool's lock),

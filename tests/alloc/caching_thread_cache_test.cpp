@@ -8,6 +8,7 @@
 
 #include "event_recorder.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -15,9 +16,8 @@
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 CachingOptions with_cache(bool membarrier, std::size_t bytes = 4 * kMiB) {

@@ -6,6 +6,7 @@
 
 #include "event_recorder.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -14,8 +15,8 @@
 namespace modelmem::alloc {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
+using modelmem::kKiB;
+using modelmem::kMiB;
 constexpr std::size_t kPage = 2 * kMiB;  // host granularity with huge_pages
 
 using Recorder = modelmem::testing::EventRecorder;

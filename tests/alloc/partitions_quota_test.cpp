@@ -10,6 +10,7 @@
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -18,10 +19,9 @@
 namespace modelmem::alloc {
 namespace {
 
+using modelmem::kKiB;
+using modelmem::kMiB;
 using modelmem::testing::CountingDevice;
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
 PartitionOptions budget(std::size_t bytes) {
   PartitionOptions o;
   o.budget = bytes;

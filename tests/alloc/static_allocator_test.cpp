@@ -11,6 +11,7 @@
 
 #include "event_recorder.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "static_test_device.hpp"
 
@@ -19,9 +20,8 @@ namespace {
 
 using modelmem::testing::CountingDevice;
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kKiB;
+using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 TEST(StaticArena, TakesItsBudgetOnceAndGivesItBack) {

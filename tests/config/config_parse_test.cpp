@@ -9,6 +9,7 @@
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
@@ -17,8 +18,7 @@ namespace modelmem::config {
 using namespace modelmem::alloc;
 namespace {
 
-constexpr std::size_t kMiB = 1024 * 1024;
-
+using modelmem::kMiB;
 // The InvalidInput message for `text`, or "" when it parses.
 std::string error_of(const std::string& text) {
   try {

@@ -10,7 +10,7 @@ namespace modelmem::config {
 using namespace modelmem::alloc;
 namespace {
 
-std::string error_of(const std::string& text) {
+std::string planned_error_of(const std::string& text) {
   try {
     build(parse_config(text));
   } catch (const InvalidInput& e) {
@@ -55,25 +55,29 @@ TEST(PlannedConfig, DefaultsAreAutomaticSteps) {
 }
 
 TEST(PlannedConfig, BadValuesAndCombinationsNameTheKey) {
-  EXPECT_NE(error_of("strategy:planned,planned_solver:magic").find("planned_solver"),
+  EXPECT_NE(planned_error_of("strategy:planned,planned_solver:magic").find("planned_solver"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,planned_steps:sometimes").find("planned_steps"),
+  EXPECT_NE(planned_error_of("strategy:planned,planned_steps:sometimes").find("planned_steps"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,planned_max_plans:0").find("planned_max_plans"),
+  EXPECT_NE(planned_error_of("strategy:planned,planned_max_plans:0").find("planned_max_plans"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:caching,planned_steps:auto").find("planned_steps"),
+  EXPECT_NE(planned_error_of("strategy:caching,planned_steps:auto").find("planned_steps"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,expandable_segments:True").find("expandable_segments"),
+  EXPECT_NE(
+      planned_error_of("strategy:planned,expandable_segments:True").find("expandable_segments"),
+      std::string::npos);
+  EXPECT_NE(planned_error_of("strategy:planned,static_pool_mb:64").find("static_pool_mb"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,static_pool_mb:64").find("static_pool_mb"),
+  EXPECT_NE(planned_error_of("strategy:planned,planned_fallback:static").find("planned_fallback"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,planned_fallback:static").find("planned_fallback"),
+  EXPECT_NE(planned_error_of("preload_threshold_kb:0").find("preload_threshold_kb"),
             std::string::npos);
-  EXPECT_NE(error_of("preload_threshold_kb:0").find("preload_threshold_kb"), std::string::npos);
-  EXPECT_NE(error_of("strategy:planned,planned_huge_pages:maybe").find("planned_huge_pages"),
-            std::string::npos);
-  EXPECT_NE(error_of("strategy:caching,planned_huge_pages:False").find("planned_huge_pages"),
-            std::string::npos);
+  EXPECT_NE(
+      planned_error_of("strategy:planned,planned_huge_pages:maybe").find("planned_huge_pages"),
+      std::string::npos);
+  EXPECT_NE(
+      planned_error_of("strategy:caching,planned_huge_pages:False").find("planned_huge_pages"),
+      std::string::npos);
 }
 
 TEST(PlannedConfig, HugePagesForTheArenaCanBeTurnedOff) {

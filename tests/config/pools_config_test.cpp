@@ -8,14 +8,14 @@
 #include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::config {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-std::string error_of(const std::string& text) {
+using modelmem::kMiB;
+std::string pools_error_of(const std::string& text) {
   try {
     build(parse_config(text));
   } catch (const Error& e) {
@@ -34,22 +34,23 @@ TEST(PoolsConfig, ParsesNamesAndQuotasInOrder) {
 }
 
 TEST(PoolsConfig, BadStringsNameTheProblem) {
-  EXPECT_NE(error_of("pools:bert:512").find("config: pools: expected [NAME:MiB,...]"),
+  EXPECT_NE(pools_error_of("pools:bert:512").find("config: pools: expected [NAME:MiB,...]"),
             std::string::npos);
-  EXPECT_NE(error_of("pools:[bert:0]").find("quota '0'"), std::string::npos);
-  EXPECT_NE(error_of("pools:[bert:x]").find("quota 'x'"), std::string::npos);
-  EXPECT_NE(error_of("pools:[bert]").find("is not NAME:MiB"), std::string::npos);
-  EXPECT_NE(error_of("pools:[a b:1]").find("is not a pool name"), std::string::npos);
-  EXPECT_NE(error_of("pools:[a:1,a:2]").find("named twice"), std::string::npos);
-  EXPECT_NE(error_of("default_pool:a").find("default_pool: needs pools"), std::string::npos);
-  EXPECT_NE(error_of("pools:[a:1],default_pool:b").find("'b' is not one of pools"),
+  EXPECT_NE(pools_error_of("pools:[bert:0]").find("quota '0'"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[bert:x]").find("quota 'x'"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[bert]").find("is not NAME:MiB"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[a b:1]").find("is not a pool name"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[a:1,a:2]").find("named twice"), std::string::npos);
+  EXPECT_NE(pools_error_of("default_pool:a").find("default_pool: needs pools"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[a:1],default_pool:b").find("'b' is not one of pools"),
             std::string::npos);
-  EXPECT_NE(error_of("strategy:system,pools:[a:1]").find("pools: has no effect"),
+  EXPECT_NE(pools_error_of("strategy:system,pools:[a:1]").find("pools: has no effect"),
             std::string::npos);
-  EXPECT_NE(error_of("pools:[a:99999999]").find("more than"), std::string::npos);
+  EXPECT_NE(pools_error_of("pools:[a:99999999]").find("more than"), std::string::npos);
   // strategy:static: the main stack still needs its size, unless every request has a pool.
-  EXPECT_NE(error_of("strategy:static,pools:[a:8]").find("static_pool_mb"), std::string::npos);
-  EXPECT_EQ(error_of("strategy:static,pools:[a:8],default_pool:a"), "");
+  EXPECT_NE(pools_error_of("strategy:static,pools:[a:8]").find("static_pool_mb"),
+            std::string::npos);
+  EXPECT_EQ(pools_error_of("strategy:static,pools:[a:8],default_pool:a"), "");
 }
 
 TEST(PoolsConfig, EachPoolHoldsItsQuotaAndABreachNamesIt) {

@@ -3,12 +3,12 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include "modelmem/core/bytes.hpp"
 
 namespace modelmem::config {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 TEST(PoolInfo, NamesTheStrategyAndGivesTheBudgetInBytes) {
   unsetenv("MODELMEM_POOL_NAME");
   const Config c = parse_config("strategy:static,static_pool_mb:16");

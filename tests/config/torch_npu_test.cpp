@@ -10,7 +10,7 @@
 namespace modelmem::config {
 namespace {
 
-std::string error_of(const std::string& text) {
+std::string npu_error_of(const std::string& text) {
   try {
     translate_torch_npu_conf(text, "PYTORCH_NPU_ALLOC_CONF");
   } catch (const InvalidInput& e) {
@@ -48,17 +48,17 @@ TEST(TorchNpuConf, ExpandableSegmentsFallBackToCachingAsInTorchNpu) {
 }
 
 TEST(TorchNpuConf, OtherKeysAreRefusedByNameWithWhatToUse) {
-  EXPECT_NE(error_of("page_size:1g").find("PYTORCH_NPU_ALLOC_CONF: page_size is not supported"),
+  EXPECT_NE(npu_error_of("page_size:1g").find("PYTORCH_NPU_ALLOC_CONF: page_size is not supported"),
             std::string::npos);
-  EXPECT_NE(error_of("segment_size_mb:64").find("static_pool_mb"), std::string::npos);
-  EXPECT_NE(error_of("base_addr_aligned_kb:16").find("512 bytes"), std::string::npos);
-  EXPECT_NE(error_of("large_segment_size_mb:40").find("expandable_segments:True"),
+  EXPECT_NE(npu_error_of("segment_size_mb:64").find("static_pool_mb"), std::string::npos);
+  EXPECT_NE(npu_error_of("base_addr_aligned_kb:16").find("512 bytes"), std::string::npos);
+  EXPECT_NE(npu_error_of("large_segment_size_mb:40").find("expandable_segments:True"),
             std::string::npos);
-  EXPECT_NE(error_of("multi_stream_lazy_reclaim:True").find("multi_stream_lazy_reclaim"),
+  EXPECT_NE(npu_error_of("multi_stream_lazy_reclaim:True").find("multi_stream_lazy_reclaim"),
             std::string::npos);
-  EXPECT_NE(error_of("bogus:1").find("unknown key 'bogus' (modelmem takes expandable_segments"),
+  EXPECT_NE(npu_error_of("bogus:1").find("unknown key 'bogus' (modelmem takes expandable_segments"),
             std::string::npos);
-  EXPECT_NE(error_of("expandable_segments").find("missing ':VALUE'"), std::string::npos);
+  EXPECT_NE(npu_error_of("expandable_segments").find("missing ':VALUE'"), std::string::npos);
 }
 
 TEST(TorchNpuConf, EveryNewerTorchNpuKeyHasAnAnswerNamingIt) {
@@ -67,7 +67,7 @@ TEST(TorchNpuConf, EveryNewerTorchNpuKeyHasAnAnswerNamingIt) {
         "release_lock_on_npumalloc:True", "pin_memory_expandable_segments:True",
         "segment_size_mb:64", "large_segment_size_mb:40"}) {
     const std::string key = std::string(entry).substr(0, std::string(entry).find(':'));
-    const std::string why = error_of(entry);
+    const std::string why = npu_error_of(entry);
     EXPECT_NE(why.find("PYTORCH_NPU_ALLOC_CONF: " + key + " is not supported by modelmem: "),
               std::string::npos)
         << why;

@@ -21,7 +21,7 @@
 namespace modelmem::model {
 namespace {
 
-const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
+const std::string kModelDir = std::string(MODELMEM_SOURCE_DIR) + "/models/";
 const std::string kTool = std::string(MODELMEM_BINARY_DIR) + "/modelmem";
 
 plan::SolveOptions quick() {
@@ -37,11 +37,11 @@ std::filesystem::path temp_dir() {
   return dir;
 }
 
-using CmdResult = testing::CommandResult;
+using CmdResult = ::modelmem::testing::CommandResult;
 
 // `command` with its standard error in `out` too.
 CmdResult run(const std::string& command) {
-  return testing::run_command(command + " 2>&1");
+  return ::modelmem::testing::run_command(command + " 2>&1");
 }
 
 struct Case {
@@ -55,7 +55,7 @@ const Case kCases[] = {{"tiny.onnx", {{"n", 1}}},
 
 TEST(Plan, EverySolverGivesAValidPlanOnEveryModelAndOrder) {
   for (const auto& c : kCases) {
-    Graph g = load_onnx(kModels + c.file, LoadOptions{c.dims});
+    Graph g = load_onnx(kModelDir + c.file, LoadOptions{c.dims});
     for (bool memory : {false, true}) {
       LifetimeOptions lo;
       if (memory) {
@@ -79,12 +79,12 @@ TEST(Plan, EverySolverGivesAValidPlanOnEveryModelAndOrder) {
 }
 
 TEST(Plan, ModelFigures) {
-  Graph resnet = load_onnx(kModels + "resnet50.onnx", {{{"batch", 1}}});
+  Graph resnet = load_onnx(kModelDir + "resnet50.onnx", {{{"batch", 1}}});
   Lifetimes lt = build_lifetimes(resnet);
   // 25.5 M float parameters after BatchNorm folding, summed independently with python3-onnx.
   EXPECT_EQ(lt.weights_bytes, 102031776u);
   EXPECT_EQ(guess_family(resnet), "cnn");
-  Graph bert = load_onnx(kModels + "bert_base.onnx", {{{"batch", 2}, {"seq", 64}}});
+  Graph bert = load_onnx(kModelDir + "bert_base.onnx", {{{"batch", 2}, {"seq", 64}}});
   EXPECT_GT(bert.folded_nodes, 0u);  // the Shape/Gather/Concat chains of the dynamic axes
   EXPECT_EQ(build_lifetimes(bert).weights_bytes, 435412992u);
   EXPECT_EQ(guess_family(bert), "transformer");
@@ -98,7 +98,7 @@ TEST(Plan, ModelFigures) {
 }
 
 TEST(Plan, TinyJsonMatchesHandNumbers) {
-  Graph g = load_onnx(kModels + "tiny.onnx", {{{"n", 1}}});
+  Graph g = load_onnx(kModelDir + "tiny.onnx", {{{"n", 1}}});
   SolvedModel mp = solve_model(g, {}, "best", quick());
   EXPECT_EQ(mp.solve.plan->arena_size, 1024u);  // = lower bound, see tiny_test.cpp
   auto j = plan_json(g, mp);
@@ -119,7 +119,7 @@ TEST(Plan, TinyJsonMatchesHandNumbers) {
 }
 
 TEST(Plan, PrecisionHalvesFloatActivations) {
-  Graph g = load_onnx(kModels + "resnet50.onnx", {{{"batch", 1}}});
+  Graph g = load_onnx(kModelDir + "resnet50.onnx", {{{"batch", 1}}});
   LifetimeOptions half;
   half.float_bytes = 2;
   auto full = plan::lower_bound(build_lifetimes(g).problem);
@@ -130,7 +130,7 @@ TEST(Plan, PrecisionHalvesFloatActivations) {
 TEST(Buckets, TinyBucketsScaleByHand) {
   BucketSpec spec = parse_buckets("n=4,1,2,2");
   EXPECT_EQ(spec.values, (std::vector<std::int64_t>{1, 2, 4}));
-  auto plans = plan_buckets(kModels + "tiny.onnx", {}, spec, {}, "best", quick());
+  auto plans = plan_buckets(kModelDir + "tiny.onnx", {}, spec, {}, "best", quick());
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].lower_bound, 1024u);
   EXPECT_EQ(plans[1].lower_bound, 2048u);
@@ -140,24 +140,24 @@ TEST(Buckets, TinyBucketsScaleByHand) {
 }
 
 TEST(Buckets, BertSequenceBuckets) {
-  auto plans = plan_buckets(kModels + "bert_base.onnx", {{{"batch", 1}}},
+  auto plans = plan_buckets(kModelDir + "bert_base.onnx", {{{"batch", 1}}},
                             parse_buckets("seq=32,64,128"), {}, "best", quick());
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_LT(plans[0].arena, plans[1].arena);
   EXPECT_LT(plans[1].arena, plans[2].arena);
-  Graph g = load_onnx(kModels + "bert_base.onnx", {{{"batch", 1}, {"seq", 64}}});
+  Graph g = load_onnx(kModelDir + "bert_base.onnx", {{{"batch", 1}, {"seq", 64}}});
   EXPECT_EQ(plans[1].lower_bound, plan::lower_bound(build_lifetimes(g).problem));
 }
 
 TEST(Buckets, MemoryOrderPerBucket) {
   const BucketSpec spec = parse_buckets("seq=32,128");
   auto stored =
-      plan_buckets(kModels + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick());
+      plan_buckets(kModelDir + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick());
   auto memory =
-      plan_buckets(kModels + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick(), true);
+      plan_buckets(kModelDir + "bert_base.onnx", {{{"batch", 1}}}, spec, {}, "best", quick(), true);
   ASSERT_EQ(memory.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) {
-    Graph g = load_onnx(kModels + "bert_base.onnx", {{{"batch", 1}, {"seq", spec.values[i]}}});
+    Graph g = load_onnx(kModelDir + "bert_base.onnx", {{{"batch", 1}, {"seq", spec.values[i]}}});
     LifetimeOptions lo;
     lo.order = memory_order(g, {}).order;
     // Each bucket is planned in its own memory order: its lower bound is that order's.
@@ -204,7 +204,7 @@ TEST(Presets, SeedTable) {
 }
 
 TEST(Html, SelfContainedAndRendersInHeadlessChromium) {
-  Graph g = load_onnx(kModels + "bert_base.onnx", {{{"batch", 1}, {"seq", 32}}});
+  Graph g = load_onnx(kModelDir + "bert_base.onnx", {{{"batch", 1}, {"seq", 32}}});
   SolvedModel mp = solve_model(g, {}, "best", quick());
   std::string html = plan_html(g, mp, "bert </script> <b>test</b>");
   EXPECT_EQ(html.find("http://"),
@@ -233,8 +233,8 @@ TEST(Html, SelfContainedAndRendersInHeadlessChromium) {
 
 TEST(Cli, TinyReportAndJson) {
   auto json = temp_dir() / "tiny.json";
-  CmdResult r =
-      run(kTool + " plan " + kModels + "tiny.onnx --dim n=1 --safety 1.5 --json " + json.string());
+  CmdResult r = run(kTool + " plan " + kModelDir + "tiny.onnx --dim n=1 --safety 1.5 --json " +
+                    json.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("planned arena  1,024 B"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lower bound    1,024 B"), std::string::npos) << r.out;
@@ -251,7 +251,7 @@ TEST(Cli, OrderDtypeBucketsLengths) {
   auto lengths = temp_dir() / "lengths.txt";
   std::ofstream(lengths) << "1\n2\n3\n4\n";
   CmdResult r =
-      run(kTool + " plan " + kModels +
+      run(kTool + " plan " + kModelDir +
           "tiny.onnx --order memory --dtype fp16 --buckets n=2,4 --lengths " + lengths.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("order          memory (exact"), std::string::npos) << r.out;
@@ -267,14 +267,14 @@ TEST(Cli, BadInputsExitWithTwo) {
   CmdResult r = run(kTool + " plan " + (dir / "text.onnx").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("text.onnx: not an ONNX model"), std::string::npos) << r.out;
-  r = run(kTool + " plan " + kModels + "tiny.onnx");
+  r = run(kTool + " plan " + kModelDir + "tiny.onnx");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("'n' is not bound"), std::string::npos) << r.out;
-  r = run(kTool + " plan " + kModels + "tiny.onnx --dim n=1 --solver nope");
+  r = run(kTool + " plan " + kModelDir + "tiny.onnx --dim n=1 --solver nope");
   EXPECT_EQ(r.code, 2) << r.out;
-  r = run(kTool + " plan " + kModels + "tiny.onnx --dim n=x");
+  r = run(kTool + " plan " + kModelDir + "tiny.onnx --dim n=x");
   EXPECT_EQ(r.code, 2) << r.out;
-  r = run(kTool + " plan " + kModels + "tiny.onnx --lengths /dev/null");
+  r = run(kTool + " plan " + kModelDir + "tiny.onnx --lengths /dev/null");
   EXPECT_EQ(r.code, 2) << r.out;
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/reader.hpp"
 #include "modelmem/monitor/segment.hpp"
@@ -30,8 +31,7 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-constexpr std::uint64_t kMiB = 1u << 20;
-
+using modelmem::kMiB;
 // ---- helpers ----
 
 struct Child {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/render.hpp"
 #include "modelmem/monitor/view.hpp"
@@ -14,8 +15,7 @@
 namespace modelmem::monitor {
 namespace {
 
-constexpr std::uint64_t kMiB = 1 << 20;
-
+using modelmem::kMiB;
 PoolSnapshot pool(const std::string& name, std::uint64_t reserved, std::uint64_t count,
                   std::uint64_t bytes, std::uint64_t time_ns) {
   PoolSnapshot p;

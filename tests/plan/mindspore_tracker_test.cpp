@@ -23,7 +23,7 @@ std::string row(const std::string& start, const std::string& end, const std::str
          extra_stack + ";Line:3;Function:f|,0,0,\n";
 }
 
-std::string error_of(const std::string& text) {
+std::string tracker_error_of(const std::string& text) {
   try {
     parse_tracker_blocks(text, "memory_block.csv");
   } catch (const InvalidInput& e) {
@@ -108,11 +108,11 @@ TEST(MindSporeTracker, MalformedRowsNameFileLineAndColumn) {
        "memory_block.csv:2: column 'size': 99999999999999999999 does not fit in 64 bits"},
   };
   for (const Case& c : cases) {
-    const std::string msg = error_of(c.text);
+    const std::string msg = tracker_error_of(c.text);
     EXPECT_EQ(msg.rfind(c.expect, 0), 0u) << "got: " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
-  EXPECT_EQ(error_of("\n\n"), "memory_block.csv: empty file, no memory_block.csv header");
+  EXPECT_EQ(tracker_error_of("\n\n"), "memory_block.csv: empty file, no memory_block.csv header");
 }
 
 TEST(MindSporeTracker, SkipBadSkipsRowsWithAWarningEach) {

@@ -26,9 +26,9 @@
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBin = MODELMEM_BINARY_DIR;
-const std::string kLib = kBin + "/integrations/preload/libmodelmem_preload.so";
-const std::string kCheck = kBin + "/integrations/preload/preload_check";
+const std::string kBuildDir = MODELMEM_BINARY_DIR;
+const std::string kPreloadLib = kBuildDir + "/integrations/preload/libmodelmem_preload.so";
+const std::string kPreloadCheck = kBuildDir + "/integrations/preload/preload_check";
 const std::string kCli = MODELMEM_CLI;
 
 class TraceFile : public ::testing::Test {
@@ -123,9 +123,9 @@ TEST_F(TraceFile, ATraceSurvivesSigkillSigtermAndSigint) {
   for (int sig : {SIGKILL, SIGTERM, SIGINT}) {
     SCOPED_TRACE(strsignal(sig));
     const std::string trace = path("t" + std::to_string(sig) + ".csv");
-    Outcome o = spawn(
-        {"LD_PRELOAD=" + kLib, "MODELMEM_ALLOC_CONF=strategy:caching", "MODELMEM_TRACE=" + trace},
-        {kCheck, "loop"}, sig);
+    Outcome o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_ALLOC_CONF=strategy:caching",
+                       "MODELMEM_TRACE=" + trace},
+                      {kPreloadCheck, "loop"}, sig);
     ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
     EXPECT_EQ(WTERMSIG(o.status), sig) << o.out;  // the program ends as it would have
     const std::string text = read_file(trace);
@@ -155,14 +155,15 @@ TEST_F(TraceFile, ManySigintsOfAMultiThreadedProgramEndItAndLeaveTheTrace) {
         SCOPED_TRACE(std::string(conf) + (via_run ? " via run" : " via LD_PRELOAD"));
         const std::string trace = path("int" + std::to_string(runs) + ".csv");
         const int delay = static_cast<int>(random() % 20000);
-        Outcome o = via_run
-                        ? spawn({},
-                                {kCli, "run", "--conf", conf, "--trace", trace, "--", kCheck,
-                                 "loop-threads"},
-                                SIGINT, delay, std::chrono::seconds(10))
-                        : spawn({"LD_PRELOAD=" + kLib, std::string("MODELMEM_ALLOC_CONF=") + conf,
-                                 "MODELMEM_TRACE=" + trace},
-                                {kCheck, "loop-threads"}, SIGINT, delay, std::chrono::seconds(10));
+        Outcome o =
+            via_run
+                ? spawn({},
+                        {kCli, "run", "--conf", conf, "--trace", trace, "--", kPreloadCheck,
+                         "loop-threads"},
+                        SIGINT, delay, std::chrono::seconds(10))
+                : spawn({"LD_PRELOAD=" + kPreloadLib, std::string("MODELMEM_ALLOC_CONF=") + conf,
+                         "MODELMEM_TRACE=" + trace},
+                        {kPreloadCheck, "loop-threads"}, SIGINT, delay, std::chrono::seconds(10));
         ASSERT_FALSE(o.hung) << o.out;
         if (via_run) {
           ASSERT_TRUE(WIFEXITED(o.status) || WIFSIGNALED(o.status)) << o.out;
@@ -186,8 +187,8 @@ TEST_F(TraceFile, ManySigintsOfAMultiThreadedProgramEndItAndLeaveTheTrace) {
 // `run --report` says whether a step plan ran past planned_solve_ms (the planning of the
 // automatic steps of preload_check runs on a worker thread; here it is quick).
 TEST_F(TraceFile, TheReportSaysWhetherAPlanWasDeferred) {
-  Outcome o =
-      spawn({}, {kCli, "run", "--report", "--conf", "strategy:planned", "--", kCheck, "steps"});
+  Outcome o = spawn(
+      {}, {kCli, "run", "--report", "--conf", "strategy:planned", "--", kPreloadCheck, "steps"});
   ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
   EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
   EXPECT_NE(o.out.find("preload_check steps: ok"), std::string::npos) << o.out;
@@ -205,9 +206,9 @@ TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
       "    b = bytearray(1 << 20)\n"
       "    del b\n"
       "raise KeyboardInterrupt\n";
-  Outcome o = spawn(
-      {"LD_PRELOAD=" + kLib, "MODELMEM_ALLOC_CONF=strategy:caching", "MODELMEM_TRACE=" + trace},
-      {"/usr/bin/python3", "-c", script});
+  Outcome o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_ALLOC_CONF=strategy:caching",
+                     "MODELMEM_TRACE=" + trace},
+                    {"/usr/bin/python3", "-c", script});
   // Python ends itself with SIGINT (default action restored) after the traceback.
   ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
   EXPECT_EQ(WTERMSIG(o.status), SIGINT);
@@ -217,7 +218,7 @@ TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
 
 TEST_F(TraceFile, EveryProcessOfARunWritesItsOwnFile) {
   const std::string trace = path("run.csv");
-  const std::string script = kCheck + " steps && " + kCheck + " steps && true";
+  const std::string script = kPreloadCheck + " steps && " + kPreloadCheck + " steps && true";
   Outcome o = spawn({}, {kCli, "run", "--conf", "strategy:planned", "--trace", trace, "--",
                          "/bin/sh", "-c", script});
   ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
@@ -246,7 +247,7 @@ TEST_F(TraceFile, AWriteFailureIsANonZeroStatusAndAWholeLastEvent) {
   // A file size limit stands for a full disk; SIGXFSZ ignored, as a write then fails instead.
   const std::string trace = path("full.csv");
   const std::string line = "trap '' XFSZ; ulimit -f 200; exec " + kCli + " run --trace " + trace +
-                           " --conf strategy:planned -- " + kCheck + " steps";
+                           " --conf strategy:planned -- " + kPreloadCheck + " steps";
   Outcome o = spawn({}, {"/bin/sh", "-c", line});
   ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
   EXPECT_EQ(WEXITSTATUS(o.status), 1) << o.out;
@@ -273,18 +274,18 @@ TEST_F(TraceFile, ASymlinkAtTheTracePathIsRefused) {
   EXPECT_EQ(WEXITSTATUS(o.status), 2) << o.out;
   EXPECT_NE(o.out.find("symbolic link"), std::string::npos) << o.out;
   // The library refuses it too (a link planted after the check, or MODELMEM_TRACE by hand).
-  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + link}, {kCheck, "steps"});
+  o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_TRACE=" + link}, {kPreloadCheck, "steps"});
   ASSERT_TRUE(WIFEXITED(o.status));
   EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
   EXPECT_NE(o.out.find("it is a symbolic link (not followed)"), std::string::npos) << o.out;
   EXPECT_EQ(read_file(target), "precious\n");
   // A dangling link creates nothing where it points.
   fs::remove(target);
-  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + link}, {kCheck, "steps"});
+  o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_TRACE=" + link}, {kPreloadCheck, "steps"});
   EXPECT_FALSE(fs::exists(target));
   // A new trace file is the user's alone.
   const std::string plain = path("plain.csv");
-  o = spawn({"LD_PRELOAD=" + kLib, "MODELMEM_TRACE=" + plain}, {kCheck, "steps"});
+  o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_TRACE=" + plain}, {kPreloadCheck, "steps"});
   EXPECT_EQ(fs::status(plain).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
 }
@@ -292,9 +293,9 @@ TEST_F(TraceFile, ASymlinkAtTheTracePathIsRefused) {
 TEST_F(TraceFile, RunStartsUnderAnAddressSpaceLimit) {
   // 16 GiB (ulimit -v counts KiB), far below the 256 GiB reservation asked by default.
   const std::string line = "ulimit -v 16777216; " + kCli + " run --conf strategy:caching -- " +
-                           kCheck + " threads && " + kCli +
-                           " run --conf strategy:planned -- /bin/sh -c '" + kCheck + " steps; " +
-                           kCheck + " steps'";
+                           kPreloadCheck + " threads && " + kCli +
+                           " run --conf strategy:planned -- /bin/sh -c '" + kPreloadCheck +
+                           " steps; " + kPreloadCheck + " steps'";
   Outcome o = spawn({}, {"/bin/sh", "-c", line});
   ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
   EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;

@@ -6,14 +6,14 @@
 
 #include <string>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::sizing {
 namespace {
 
 const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 FitRequest request(const std::string& file, const std::string& dim, std::size_t device) {
   FitRequest r;
   r.models = {kModels + file};

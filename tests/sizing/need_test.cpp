@@ -7,20 +7,20 @@
 
 #include <string>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::sizing {
 namespace {
 
-const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+const std::string kNeedModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
+using modelmem::kMiB;
 model::ModelPlan plan_of(const std::string& file, model::Runtime runtime, std::int64_t batch) {
   model::PlanOptions o;
   o.runtime = runtime;
   o.solver = "greedy-size";
   o.dims["batch"] = batch;
-  return model::plan_model(kModels + file, o);
+  return model::plan_model(kNeedModels + file, o);
 }
 
 TEST(PoolNeed, TheSequenceHoldsTheWeightsTheInputAndTheEagerLivePeak) {

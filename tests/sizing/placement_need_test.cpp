@@ -11,6 +11,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/sizing/placement.hpp"
 #include "modelmem/sizing/plan_need.hpp"
@@ -22,14 +23,14 @@
 namespace modelmem::sizing {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
+using modelmem::kMiB;
+const std::string kPlacedModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
 
 ModelSpec onnx(const std::string& file, std::map<std::string, std::int64_t> dims,
                model::Runtime runtime = model::Runtime::kStatic) {
   ModelSpec s;
   s.name = object_name(file.substr(0, file.find('.')));
-  s.path = kModels + file;
+  s.path = kPlacedModels + file;
   s.dims = std::move(dims);
   s.runtime = runtime;
   return s;
@@ -125,7 +126,7 @@ TEST(PlaceNeed, ABadStrategyOrOverheadIsOneLineNamingTheModel) {
 TEST(PlaceNeed, AServedLlmIsPlacedByItsServingNeedWithItsServingPlansEngineSettings) {
   ModelSpec gpt2;
   gpt2.name = "gpt2";
-  gpt2.path = kModels + "gpt2_decoder.onnx";
+  gpt2.path = kPlacedModels + "gpt2_decoder.onnx";
   gpt2.serve = ServeSpec{};
   gpt2.serve->context = 1024;
   gpt2.serve->concurrency = 8;

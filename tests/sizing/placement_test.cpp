@@ -13,6 +13,7 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/sizing/placement.hpp"
 #include "modelmem/sizing/requests.hpp"
@@ -20,9 +21,8 @@
 namespace modelmem::sizing {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kGiB = std::size_t{1} << 30;
-
+using modelmem::kGiB;
+using modelmem::kMiB;
 // Every assignment of items to bins or to none: the most bytes placed, then the fewest bins.
 std::pair<std::size_t, std::size_t> brute(const std::vector<std::size_t>& items,
                                           const std::vector<std::size_t>& bins) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/sizing/serving_need.hpp"
 #include "modelmem/trace/trace.hpp"
 #include "support/command.hpp"
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 namespace modelmem::sizing {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
+using modelmem::kMiB;
 const std::string kSource = MODELMEM_SOURCE_DIR;
 const std::string kModel = kSource + "/models/gpt2_decoder.onnx";
 

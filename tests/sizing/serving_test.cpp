@@ -16,6 +16,7 @@
 
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/sizing/need.hpp"
 #include "modelmem/sizing/serving.hpp"
@@ -33,8 +34,7 @@ const std::string kScript = std::string(MODELMEM_SOURCE_DIR) + "/tests/sizing/gp
 const std::string kShape =
     " --device-memory 64MiB --context 512 --max-num-seqs 16 --max-batched-tokens 64";
 const std::string kServe = kShape + " --overhead 0";
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
+using modelmem::kMiB;
 class Serving : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -8,6 +8,11 @@
 
 namespace modelmem {
 
+/// The binary units, for code that states sizes in them (`64 * kMiB`).
+inline constexpr std::size_t kKiB = std::size_t{1} << 10;
+inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+inline constexpr std::size_t kGiB = std::size_t{1} << 30;
+
 /// Formats a byte count as "1.50 MiB", "512 B", ... (two decimals from 1 KiB on).
 std::string format_bytes(std::size_t bytes);
 
