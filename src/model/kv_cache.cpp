@@ -93,6 +93,13 @@ std::pair<std::string, std::string> parse_kv_pair(const std::string& text) {
 
 namespace {
 
+DecoderSignature::Pair pair_of(const std::string& input, const std::string& output) {
+  DecoderSignature::Pair p;
+  p.input = input;
+  p.output = output;
+  return p;
+}
+
 using Dims = std::vector<std::string>;  // per axis: the symbolic name, "" for a fixed dim
 
 Dims dims_of(const onnx::ValueInfoProto& v) {
@@ -159,13 +166,13 @@ DecoderSignature read_decoder_signature(
     for (const auto& [i, o] : explicit_pairs) {
       if (!inputs.count(i)) fail(fmt::format("--kv {}={}: the model has no input '{}'", i, o, i));
       if (!outputs.count(o)) fail(fmt::format("--kv {}={}: the model has no output '{}'", i, o, o));
-      sig.pairs.push_back({i, o});
+      sig.pairs.push_back(pair_of(i, o));
     }
   } else {
     for (const auto& name : input_order) {
       for (const auto& cand : present_names(name)) {
         if (outputs.count(cand)) {
-          sig.pairs.push_back({name, cand});
+          sig.pairs.push_back(pair_of(name, cand));
           break;
         }
       }

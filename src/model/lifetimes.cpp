@@ -345,8 +345,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
           ++lt.aliases;
         }
       }
-      if (g < 0 && (options.in_place && is_in_place_op(node.op_type) ||
-                    options.activation_in_place_after_norm && after_norm(graph, node))) {
+      if (g < 0 && ((options.in_place && is_in_place_op(node.op_type)) ||
+                    (options.activation_in_place_after_norm && after_norm(graph, node)))) {
         for (int in : node.inputs) {
           if (in < 0 || group_of[in] < 0) continue;
           const Group& cand = groups[group_of[in]];

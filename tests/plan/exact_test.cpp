@@ -132,7 +132,9 @@ TEST(ExactSolver, StartsFromTheCallersPlanAndReportsProgress) {
   for (std::size_t i = 0; i < reported.size(); ++i) {
     EXPECT_LE(reported[i], top);
     EXPECT_GE(reported[i], r.plan->arena_size);
-    if (i > 0) EXPECT_LE(reported[i], reported[i - 1]);
+    if (i > 0) {
+      EXPECT_LE(reported[i], reported[i - 1]);
+    }
   }
   EXPECT_EQ(reported.back(), r.plan->arena_size);
 }
