@@ -16,7 +16,6 @@
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kMiB;
 using nlohmann::json;
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -25,8 +25,6 @@ namespace modelmem::sizing {
 
 namespace {
 
-using modelmem::kGiB;
-using modelmem::kMiB;
 std::size_t mib_up(std::size_t bytes) {
   return bytes / kMiB + (bytes % kMiB != 0 ? 1 : 0);
 }

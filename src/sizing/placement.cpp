@@ -16,7 +16,6 @@
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kMiB;
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
 constexpr std::size_t kNodeBudget = 2'000'000;  // search nodes before the exact search gives up
 

@@ -19,7 +19,6 @@
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kMiB;
 std::size_t whole_mib(std::size_t bytes) {
   return checked_add(bytes, kMiB - 1, "request") / kMiB * kMiB;
 }

@@ -13,7 +13,6 @@ namespace modelmem::sizing {
 
 namespace {
 
-using modelmem::kMiB;
 NeedOptions need_options(const SizingOptions& sizing, std::size_t device_memory) {
   NeedOptions o;
   o.strategy = sizing.strategy;

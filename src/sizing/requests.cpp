@@ -15,7 +15,6 @@ namespace modelmem::sizing {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using modelmem::kMiB;
 // ---- a small YAML writer: block style, every string double-quoted (JSON escapes are YAML's) --
 
 bool plain_key(const std::string& k) {

@@ -14,7 +14,6 @@
 namespace modelmem::device {
 namespace {
 
-using modelmem::kMiB;
 using testing::Emulation;
 TEST(AclRuntime, NoLibraryMeansNoAscendRuntimeHere) {
   setenv("MODELMEM_ACL_LIBRARY", "/nonexistent/libascendcl.so", 1);

@@ -22,7 +22,6 @@
 namespace modelmem {
 namespace {
 
-using modelmem::kMiB;
 using testing::Emulation;
 // Live blocks with their sizes and a tag written at both ends; checks no two overlap.
 class Ledger {

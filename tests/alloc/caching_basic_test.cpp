@@ -18,8 +18,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 device::DevicePtr limited(std::size_t capacity) {

@@ -20,8 +20,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 struct Outcome {
   int ooms = 0;
 };

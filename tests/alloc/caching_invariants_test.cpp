@@ -20,8 +20,6 @@ struct CachingAllocatorTestAccess {
 
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 using PoolImpl = CachingAllocatorTestAccess::Impl;
 
 PoolImpl& impl(CachingAllocator& a) {

@@ -19,8 +19,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 struct Live {
   unsigned char* ptr;
   std::size_t size;

@@ -22,8 +22,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 std::size_t ops_per_thread() {
   if (const char* env = std::getenv("MODELMEM_STRESS_OPS")) return std::strtoull(env, nullptr, 10);
   // With the invariant checker after every operation (O(blocks) each, under the pool's lock),

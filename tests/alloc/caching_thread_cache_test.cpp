@@ -16,8 +16,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 CachingOptions with_cache(bool membarrier, std::size_t bytes = 4 * kMiB) {

@@ -15,8 +15,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 constexpr std::size_t kPage = 2 * kMiB;  // host granularity with huge_pages
 
 using Recorder = modelmem::testing::EventRecorder;

@@ -19,8 +19,6 @@
 namespace modelmem::alloc {
 namespace {
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 using modelmem::testing::CountingDevice;
 PartitionOptions budget(std::size_t bytes) {
   PartitionOptions o;

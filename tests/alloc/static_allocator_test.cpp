@@ -20,8 +20,6 @@ namespace {
 
 using modelmem::testing::CountingDevice;
 
-using modelmem::kKiB;
-using modelmem::kMiB;
 using Recorder = modelmem::testing::EventRecorder;
 
 TEST(StaticArena, TakesItsBudgetOnceAndGivesItBack) {

@@ -18,7 +18,6 @@ namespace modelmem::config {
 using namespace modelmem::alloc;
 namespace {
 
-using modelmem::kMiB;
 // The InvalidInput message for `text`, or "" when it parses.
 std::string error_of(const std::string& text) {
   try {

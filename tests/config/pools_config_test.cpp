@@ -14,7 +14,6 @@
 namespace modelmem::config {
 namespace {
 
-using modelmem::kMiB;
 std::string pools_error_of(const std::string& text) {
   try {
     build(parse_config(text));

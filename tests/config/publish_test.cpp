@@ -8,7 +8,6 @@
 namespace modelmem::config {
 namespace {
 
-using modelmem::kMiB;
 TEST(PoolInfo, NamesTheStrategyAndGivesTheBudgetInBytes) {
   unsetenv("MODELMEM_POOL_NAME");
   const Config c = parse_config("strategy:static,static_pool_mb:16");

@@ -31,7 +31,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-using modelmem::kMiB;
 // ---- helpers ----
 
 struct Child {

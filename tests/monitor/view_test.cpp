@@ -15,7 +15,6 @@
 namespace modelmem::monitor {
 namespace {
 
-using modelmem::kMiB;
 PoolSnapshot pool(const std::string& name, std::uint64_t reserved, std::uint64_t count,
                   std::uint64_t bytes, std::uint64_t time_ns) {
   PoolSnapshot p;

@@ -13,7 +13,6 @@ namespace modelmem::sizing {
 namespace {
 
 const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-using modelmem::kMiB;
 FitRequest request(const std::string& file, const std::string& dim, std::size_t device) {
   FitRequest r;
   r.models = {kModels + file};

@@ -14,7 +14,6 @@ namespace modelmem::sizing {
 namespace {
 
 const std::string kNeedModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-using modelmem::kMiB;
 model::ModelPlan plan_of(const std::string& file, model::Runtime runtime, std::int64_t batch) {
   model::PlanOptions o;
   o.runtime = runtime;

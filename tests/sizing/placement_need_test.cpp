@@ -23,7 +23,6 @@
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kMiB;
 const std::string kPlacedModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
 
 ModelSpec onnx(const std::string& file, std::map<std::string, std::int64_t> dims,

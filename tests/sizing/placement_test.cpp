@@ -21,8 +21,6 @@
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kGiB;
-using modelmem::kMiB;
 // Every assignment of items to bins or to none: the most bytes placed, then the fewest bins.
 std::pair<std::size_t, std::size_t> brute(const std::vector<std::size_t>& items,
                                           const std::vector<std::size_t>& bins) {

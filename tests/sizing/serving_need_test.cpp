@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 namespace modelmem::sizing {
 namespace {
 
-using modelmem::kMiB;
 const std::string kSource = MODELMEM_SOURCE_DIR;
 const std::string kModel = kSource + "/models/gpt2_decoder.onnx";
 

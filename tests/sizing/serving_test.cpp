@@ -34,7 +34,6 @@ const std::string kScript = std::string(MODELMEM_SOURCE_DIR) + "/tests/sizing/gp
 const std::string kShape =
     " --device-memory 64MiB --context 512 --max-num-seqs 16 --max-batched-tokens 64";
 const std::string kServe = kShape + " --overhead 0";
-using modelmem::kMiB;
 class Serving : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
