@@ -67,6 +67,10 @@ std::optional<std::vector<Value>> evaluate(const onnx::NodeProto& node, int opse
     for (std::size_t i = 2; acc && i < in.size(); ++i) acc = binary(op, *acc, *in[i]);
     return one(std::move(acc));
   }
+  if (op == "Mod" && in.size() == 2)
+    return one(binary(int_attribute(node, "fmod", 0) != 0 ? "FMod" : "Mod", *in[0], *in[1]));
+  if (op == "Transpose" && in.size() == 1)
+    return one(transpose(*in[0], ints_attribute(node, "perm")));
   if (op == "Gather") {
     return in.size() == 2 ? one(gather(*in[0], *in[1], int_attribute(node, "axis", 0)))
                           : std::nullopt;

@@ -72,6 +72,12 @@ std::optional<std::int64_t> int_op(const std::string& op, std::int64_t a, std::i
   if (op == "Greater") return a > b;
   if (op == "And") return a && b;
   if (op == "Or") return a || b;
+  if (op == "Mod" || op == "FMod") {  // Mod: the divisor's sign (Python); FMod: the dividend's
+    if (b == 0 || (a == std::numeric_limits<std::int64_t>::min() && b == -1)) return std::nullopt;
+    r = a % b;
+    if (op == "Mod" && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  }
   return std::nullopt;
 }
 
@@ -83,6 +89,8 @@ std::optional<double> real_op(const std::string& op, double a, double b) {
   if (op == "Max") return std::max(a, b);
   if (op == "Min") return std::min(a, b);
   if (op == "Pow") return std::pow(a, b);
+  if (op == "FMod") return std::fmod(a, b);
+  if (op == "Mod") return a - b * std::floor(a / b);
   return std::nullopt;
 }
 
@@ -249,37 +257,98 @@ std::optional<Value> concat(const std::vector<const Value*>& parts, std::int64_t
   return r;
 }
 
-// Slice of a 1-D value (the shape-vector case).
+// Slice along the given axes of a value of any rank (numpy's clamping of starts and ends).
 std::optional<Value> slice(const Value& data, const Dims& starts, const Dims& ends,
                            const std::optional<Dims>& axes, const std::optional<Dims>& steps) {
-  if (data.dims.size() != 1 || starts.size() != 1 || ends.size() != 1) return std::nullopt;
-  if (axes && (axes->size() != 1 || !norm_axis((*axes)[0], 1))) return std::nullopt;
-  const std::int64_t step = steps ? (steps->size() == 1 ? (*steps)[0] : 0) : 1;
-  if (step == 0) return std::nullopt;
-  const std::int64_t len = data.dims[0];
+  const std::size_t rank = data.dims.size();
+  if (rank == 0 || starts.empty() || starts.size() != ends.size()) return std::nullopt;
+  if ((axes && axes->size() != starts.size()) || (steps && steps->size() != starts.size()))
+    return std::nullopt;
   auto clampi = [](std::int64_t x, std::int64_t lo, std::int64_t hi) {
     return std::max(lo, std::min(x, hi));
   };
-  std::int64_t start = starts[0], end = ends[0];
-  if (start < 0) start = start < -len ? -len - 1 : start + len;
-  if (end < 0) end = end < -len ? -len - 1 : end + len;
-  if (step > 0) {
-    start = clampi(start, 0, len);
-    end = clampi(end, 0, len);
-  } else {
-    start = clampi(start, -1, len - 1);
-    end = clampi(end, -1, len - 1);
+  Dims first(rank, 0), step(rank, 1), dims = data.dims;
+  std::vector<bool> seen(rank, false);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    auto ax = norm_axis(axes ? (*axes)[i] : static_cast<std::int64_t>(i), rank);
+    if (!ax || seen[*ax]) return std::nullopt;
+    seen[*ax] = true;
+    const std::int64_t st = steps ? (*steps)[i] : 1, len = data.dims[*ax];
+    if (st == 0 || st == std::numeric_limits<std::int64_t>::min()) return std::nullopt;
+    std::int64_t start = starts[i], end = ends[i];
+    if (start < 0) start = start < -len ? -len - 1 : start + len;
+    if (end < 0) end = end < -len ? -len - 1 : end + len;
+    if (st > 0) {
+      start = clampi(start, 0, len);
+      end = clampi(end, 0, len);
+    } else {
+      start = clampi(start, -1, len - 1);
+      end = clampi(end, -1, len - 1);
+    }
+    const std::int64_t span = st > 0 ? end - start : start - end, a = st > 0 ? st : -st;
+    first[*ax] = start;
+    step[*ax] = st;
+    dims[*ax] = span > 0 ? (span + a - 1) / a : 0;
   }
+  auto n = element_count(dims);
+  if (!n) return std::nullopt;
+  Dims stride(rank, 1);
+  for (std::size_t d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * data.dims[d + 1];
   Value r;
   r.dtype = data.dtype;
-  for (std::int64_t i = start; step > 0 ? i < end : i > end; i += step) {
+  r.dims = dims;
+  Dims idx(rank, 0);
+  for (std::size_t k = 0; k < *n; ++k) {
+    std::int64_t src = 0;
+    for (std::size_t d = 0; d < rank; ++d) src += (first[d] + idx[d] * step[d]) * stride[d];
     if (data.is_real()) {
-      r.reals.push_back(data.reals[i]);
+      r.reals.push_back(data.reals[static_cast<std::size_t>(src)]);
     } else {
-      r.ints.push_back(data.ints[i]);
+      r.ints.push_back(data.ints[static_cast<std::size_t>(src)]);
+    }
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
     }
   }
-  r.dims = {static_cast<std::int64_t>(r.count())};
+  return r;
+}
+
+std::optional<Value> transpose(const Value& data, const std::optional<Dims>& perm) {
+  const std::size_t rank = data.dims.size();
+  Dims p(rank);
+  for (std::size_t i = 0; i < rank; ++i) p[i] = static_cast<std::int64_t>(rank - 1 - i);
+  if (perm) {
+    if (perm->size() != rank) return std::nullopt;
+    p = *perm;
+  }
+  std::vector<bool> seen(rank, false);
+  for (auto& a : p) {
+    auto ax = norm_axis(a, rank);
+    if (!ax || seen[*ax]) return std::nullopt;
+    seen[*ax] = true;
+    a = *ax;
+  }
+  Dims stride(rank, 1), dims(rank);
+  for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * data.dims[d];
+  for (std::size_t d = 0; d < rank; ++d) dims[d] = data.dims[p[d]];
+  Value r;
+  r.dtype = data.dtype;
+  r.dims = dims;
+  Dims idx(rank, 0);
+  for (std::size_t k = 0; k < data.count(); ++k) {
+    std::int64_t src = 0;
+    for (std::size_t d = 0; d < rank; ++d) src += idx[d] * stride[p[d]];
+    if (data.is_real()) {
+      r.reals.push_back(data.reals[static_cast<std::size_t>(src)]);
+    } else {
+      r.ints.push_back(data.ints[static_cast<std::size_t>(src)]);
+    }
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
   return r;
 }
 

@@ -1,9 +1,9 @@
 // The values the constant-folding pass computes with (model/fold.hpp) and the kernels over them:
 // a small tensor of exact int64 or double elements, its conversion from and to ONNX TensorProto,
 // node attribute lookup, and one function per folded operator (broadcasting arithmetic, Cast,
-// Gather, Concat, Slice, Reshape, Range, Expand, Where, the unary ops). Every kernel returns
-// nullopt for what it cannot compute exactly (unknown type, overflow, more than kMaxFoldElements
-// elements), leaving the node to the runtime. Internal to src/model/.
+// Gather, Concat, Slice, Transpose, Reshape, Range, Expand, Where, the unary ops). Every kernel
+// returns nullopt for what it cannot compute exactly (unknown type, overflow, more than
+// kMaxFoldElements elements), leaving the node to the runtime. Internal to src/model/.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -59,9 +59,10 @@ std::optional<Value> unsqueeze(const Value& v, const Dims& axes);
 std::optional<Value> squeeze(const Value& v, const std::optional<Dims>& axes);
 std::optional<Value> gather(const Value& data, const Value& indices, std::int64_t axis);
 std::optional<Value> concat(const std::vector<const Value*>& parts, std::int64_t axis);
-/// Slice of a 1-D value (the shape-vector case).
+/// Slice along some axes of a value of any rank.
 std::optional<Value> slice(const Value& data, const Dims& starts, const Dims& ends,
                            const std::optional<Dims>& axes, const std::optional<Dims>& steps);
+std::optional<Value> transpose(const Value& data, const std::optional<Dims>& perm);
 std::optional<Value> reshape(const Value& data, const Value& shape, bool allow_zero);
 std::optional<Value> range(const Value& start, const Value& limit, const Value& delta);
 std::optional<Value> expand(const Value& data, const Value& shape);

@@ -12,6 +12,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "model/complete_shapes.hpp"
 #include "model/fold.hpp"
 #include "model/fold_value.hpp"
 #include "modelmem/core/error.hpp"
@@ -347,8 +348,8 @@ class Importer {
         fail("shape inference failed: " + msg);
       }
       std::size_t n = detail::fold_constants(*model_.mutable_graph(), opsets_, folded_);
-      if (n == 0) break;
       folded_nodes_ += n;
+      if (n + detail::complete_shapes(*model_.mutable_graph()) == 0) break;
     }
   }
 
