@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "modelmem/alloc/pool_router.hpp"
-#include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
@@ -22,8 +21,8 @@
 
 namespace modelmem::torch {
 
-// Set by install() when the allocator has pools (the C symbols below read it).
-std::atomic<alloc::PoolRouter*> g_router{nullptr};
+// Set by install() when the allocator has pools (a router: the C symbols below read it).
+std::atomic<alloc::Allocator*> g_router{nullptr};
 
 namespace {
 
@@ -101,15 +100,18 @@ void publish_installed(const std::shared_ptr<alloc::Allocator>& allocator) {
     info.name = name;
     info.device = "cpu";
     info.budget = budget;
-    if (auto* q = dynamic_cast<alloc::QuotaAdaptor*>(a.get())) {
-      alloc::Allocator* up = &q->upstream();
-      info.strategy = up->describe().substr(0, up->describe().find_first_of(" :(,"));
+    // A pool is a quota over a strategy: name the strategy.
+    if (const alloc::Allocator* up = a->upstream()) {
+      const std::string d = up->describe();
+      info.strategy = d.substr(0, d.find_first_of(" :(,"));
     }
     keep->push_back(monitor::publish(std::move(a), std::move(info)));
   };
-  if (auto* router = dynamic_cast<alloc::PoolRouter*>(allocator.get())) {
-    if (router->main()) add(router->main(), "libtorch", 0);
-    for (const auto& p : router->pools()) add(p.allocator, p.name, p.quota);
+  if (!allocator->pools().empty()) {
+    // A router: its main stack (upstream) and each pool.
+    if (alloc::Allocator* main = allocator->upstream())
+      add(std::shared_ptr<alloc::Allocator>(allocator, main), "libtorch", 0);
+    for (const auto& p : allocator->pools()) add(p.allocator, p.name, p.quota);
   } else {
     add(allocator, "libtorch", 0);
   }
@@ -121,7 +123,7 @@ void install(std::shared_ptr<alloc::Allocator> allocator) {
   if (!allocator) throw InvalidInput("modelmem torch: install() needs an allocator");
   // Kept for the process: tensors made by it may be freed at any time, even at exit.
   auto* keep = new std::shared_ptr<alloc::Allocator>(std::move(allocator));
-  g_router.store(dynamic_cast<alloc::PoolRouter*>(keep->get()), std::memory_order_release);
+  g_router.store((*keep)->pools().empty() ? nullptr : keep->get(), std::memory_order_release);
   g_allocator.store(keep->get(), std::memory_order_release);
   c10::SetCPUAllocator(&g_cpu_allocator, /*priority=*/100);
   publish_installed(*keep);
@@ -168,15 +170,14 @@ void end_step() {
 }
 
 void push_pool(const std::string& name) {
-  alloc::PoolRouter* r = g_router.load(std::memory_order_acquire);
+  alloc::Allocator* r = g_router.load(std::memory_order_acquire);
   if (r == nullptr)
     throw InvalidInput("modelmem torch: no pools configured (pools:[NAME:MiB,...])");
-  r->push_pool(name);
+  alloc::push_pool(*r, name);
 }
 
 bool pop_pool() noexcept {
-  alloc::PoolRouter* r = g_router.load(std::memory_order_acquire);
-  return r != nullptr && r->pop_pool();
+  return g_router.load(std::memory_order_acquire) != nullptr && alloc::pop_pool();
 }
 
 }  // namespace modelmem::torch

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
     std::printf("strategy      %s\n", allocator->describe().c_str());
     std::printf("inferences    %d (first %.1f ms; steady p50 %.1f ms, max %.1f ms)\n", n, ms[0],
                 steady[steady.size() / 2], steady.back());
-    if (auto* planned = dynamic_cast<modelmem::alloc::PlannedAllocator*>(allocator.get())) {
-      auto s = planned->planned_stats();
+    if (const auto planned = allocator->stats().planned) {
+      const auto& s = *planned;
       std::printf("steps         %llu, plans made %llu\n", static_cast<unsigned long long>(s.steps),
                   static_cast<unsigned long long>(s.plans_made));
       std::printf("hits/misses   %llu / %llu (%llu outside plans by design)\n",

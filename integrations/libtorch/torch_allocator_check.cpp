@@ -21,7 +21,8 @@ int main() {
 
   auto allocator = modelmem::torch::install(
       "strategy:planned,planned_steps:marked,planned_min_kb:64,planned_solver:best-fit");
-  auto* planned = dynamic_cast<modelmem::alloc::PlannedAllocator*>(allocator.get());
+  auto planned_stats = [&] { return allocator->stats().planned; };
+  const bool planned = planned_stats().has_value();
   int failures = 0;
   torch::Tensor x = torch::randn({256, 256});  // outside any step: the fallback pool
   for (int step = 0; step < 6; ++step) {
@@ -37,7 +38,7 @@ int main() {
   }
   before = torch::Tensor();  // freed by PyTorch's allocator, not modelmem's
   x = torch::Tensor();
-  auto s = planned ? planned->planned_stats() : modelmem::alloc::PlannedStats{};
+  auto s = planned_stats().value_or(modelmem::alloc::PlannedStats{});
   std::printf("steps %llu, hits %llu, misses %llu, arena %zu bytes\n",
               static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.misses), s.arena_size);
@@ -52,7 +53,7 @@ int main() {
   if (begin == nullptr || end == nullptr || begin() != 0 || end() != 0) {
     std::fprintf(stderr, "modelmem_step_begin/end not exported or failing\n");
     failures++;
-  } else if (planned->planned_stats().steps != s.steps + 1) {
+  } else if (!planned || planned_stats()->steps != s.steps + 1) {
     std::fprintf(stderr, "the C step marks did not reach the allocator\n");
     failures++;
   }

@@ -70,7 +70,7 @@ void start_cache(std::size_t budget) {
   // The planned arena turns it on with its first plan, when the program repeats itself: during
   // start-up the blocks it kept would scatter the C library's heap among the long-lived
   // objects a model builds (5 MiB more peak RSS for ResNet-50).
-  if (g_planned == nullptr)
+  if (!g_planned)
     g_cache_on.store(true, std::memory_order_release);
   else
     g_cache_pending = true;

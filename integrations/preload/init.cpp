@@ -30,13 +30,12 @@ std::size_t g_threshold = 64u << 10;
 RegionDevice* g_region = nullptr;
 std::mutex g_mutex;
 alloc::Allocator* g_alloc = nullptr;
-alloc::PoolRouter* g_router = nullptr;
-alloc::PlannedAllocator* g_planned = nullptr;
+bool g_has_pools = false;
+bool g_planned = false;
 Stack* g_stack = nullptr;
 trace::Recorder* g_recorder = nullptr;
 std::string* g_trace_path = nullptr;
 std::string* g_describe = nullptr;
-std::unordered_map<const void*, std::size_t>* g_sizes = nullptr;
 std::uint64_t g_served = 0;
 std::atomic<std::uint64_t> g_large_libc{0};
 // Every thread-local of the library (state.hpp, strategy.hpp, next_allocator.hpp,
@@ -91,12 +90,10 @@ void initialise() noexcept {
     // faults) over and over.
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     g_alloc = stack->built.allocator.get();
-    g_router = dynamic_cast<alloc::PoolRouter*>(g_alloc);
-    g_planned = dynamic_cast<alloc::PlannedAllocator*>(
-        g_router && g_router->main() ? g_router->main().get() : g_alloc);
+    g_has_pools = !g_alloc->pools().empty();
+    const alloc::Allocator* main = g_has_pools ? g_alloc->upstream() : g_alloc;
+    g_planned = main != nullptr && main->stats().planned.has_value();
     g_describe = new std::string(g_alloc->describe());
-    g_sizes = new std::unordered_map<const void*, std::size_t>();
-    g_sizes->reserve(4096);
     if (trace != nullptr && *trace != '\0') {
       g_trace_path = new std::string(trace);
       // Streamed every kTraceChunk events: the ring only has to absorb a burst while one

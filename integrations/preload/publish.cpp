@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "modelmem/alloc/planned_allocator.hpp"
-#include "modelmem/alloc/quota_adaptor.hpp"
+#include "modelmem/alloc/allocator.hpp"
+#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
@@ -21,9 +21,6 @@
 namespace modelmem::preload {
 namespace {
 
-// Shows one allocator to the publisher: its statistics are read as modelmem code, under the
-// library's mutex (the order every allocation takes too), so the publisher's thread never
-// calls into the strategy while another thread allocates, and never allocates through it.
 // Requests a full pool passed to the next allocator: slot 0 is the main stack, slot i + 1 the
 // router's pool i (pools past the last slot share it).
 constexpr std::size_t kPassedSlots = 64;
@@ -35,18 +32,18 @@ PassedOn g_passed[kPassedSlots];
 std::atomic<bool> g_passed_told{false};
 
 std::size_t slot_of_current() {
-  if (g_router == nullptr) return 0;
-  const std::string name = g_router->current_pool();
+  if (!g_has_pools) return 0;
+  const std::string name = alloc::current_pool(*g_alloc);
   if (name.empty()) return 0;
-  const auto& pools = g_router->pools();
+  const auto pools = g_alloc->pools();
   for (std::size_t i = 0; i < pools.size(); ++i)
     if (pools[i].name == name) return std::min(i + 1, kPassedSlots - 1);
   return 0;
 }
 
 std::string slot_name(std::size_t slot) {
-  if (slot == 0 || g_router == nullptr) return "the main stack";
-  return "pool '" + g_router->pools()[slot - 1].name + "'";
+  if (slot == 0 || !g_has_pools) return "the main stack";
+  return "pool '" + g_alloc->pools()[slot - 1].name + "'";
 }
 
 std::string passed_text(std::size_t slot) {
@@ -56,21 +53,13 @@ std::string passed_text(std::size_t slot) {
          format_bytes(g_passed[slot].first_size.load(std::memory_order_relaxed)) + ")";
 }
 
+// Shows one allocator to the publisher: its statistics are read as modelmem code, under the
+// library's mutex (the order every allocation takes too), so the publisher's thread never
+// calls into the strategy while another thread allocates, and never allocates through it.
 class Guarded final : public alloc::Allocator {
  public:
   Guarded(alloc::Allocator* inner, std::string describe, std::size_t slot)
       : inner_(inner), describe_(std::move(describe)), slot_(slot) {}
-  void* allocate(std::size_t, alloc::Stream) override {
-    throw Unsupported("monitor view: not an allocator");
-  }
-  void deallocate(void*) override { throw Unsupported("monitor view: not an allocator"); }
-  alloc::Stats stats() const override {
-    Inside inside;
-    std::lock_guard lock(g_mutex);
-    return inner_->stats();
-  }
-  void reset_peak() override {}
-  std::string describe() const override { return describe_; }
 
   void fill(monitor::PoolSnapshot& s) const {
     if (const std::uint64_t n = g_passed[slot_].count.load(std::memory_order_relaxed); n > 0) {
@@ -78,20 +67,22 @@ class Guarded final : public alloc::Allocator {
       if (s.warning_count == 0) s.warning = passed_text(slot_);
       s.warning_count += n;
     }
-    const alloc::PlannedAllocator* planned = planned_of(inner_);
-    if (planned == nullptr) return;
-    Inside inside;
-    std::lock_guard lock(g_mutex);
-    const alloc::PlannedStats p = planned->planned_stats();
-    s.plan_hits = p.hits;
-    s.plan_misses = p.misses;
   }
 
  private:
-  static const alloc::PlannedAllocator* planned_of(alloc::Allocator* a) {
-    if (auto* q = dynamic_cast<alloc::QuotaAdaptor*>(a)) a = &q->upstream();
-    return dynamic_cast<const alloc::PlannedAllocator*>(a);
+  void* do_allocate(std::size_t, alloc::Stream) override {
+    throw Unsupported("monitor view: not an allocator");
   }
+  void do_deallocate(void*) override { throw Unsupported("monitor view: not an allocator"); }
+  alloc::Stats do_stats() const override {
+    Inside inside;
+    std::lock_guard lock(g_mutex);
+    return inner_->stats();
+  }
+  void do_reset_peak() override {}
+  std::string do_describe() const override { return describe_; }
+  alloc::LiveBlock do_block(const void*) const override { return {}; }
+
   alloc::Allocator* inner_;
   std::string describe_;
   std::size_t slot_;
@@ -125,12 +116,12 @@ void publish_pools() {
           view, std::move(info), [raw](monitor::PoolSnapshot& s) { raw->fill(s); }));
       p->views.push_back(std::move(view));
     };
-    if (g_router != nullptr) {
-      if (g_router->main())
-        add(g_router->main().get(), "preload", 0);
+    if (g_has_pools) {
+      if (alloc::Allocator* main = g_alloc->upstream())
+        add(main, "preload", 0);
       else
         slot = 1;
-      for (const auto& pool : g_router->pools()) add(pool.allocator.get(), pool.name, pool.quota);
+      for (const auto& pool : g_alloc->pools()) add(pool.allocator.get(), pool.name, pool.quota);
     } else {
       add(g_alloc, "preload", 0);
     }
@@ -148,7 +139,7 @@ void report_passed_on(std::size_t size) noexcept {
     if (g_passed_told.exchange(true)) return;
     std::string size_text;
     if (slot > 0)
-      size_text = " of " + format_bytes(g_router->pools()[slot - 1].quota);
+      size_text = " of " + format_bytes(g_alloc->pools()[slot - 1].quota);
     else if (g_alloc != nullptr)
       size_text =
           " (" +
@@ -214,7 +205,7 @@ __attribute__((visibility("default"))) int modelmem_step_end(void) {
 /// errno ENODEV (no pools configured, or the library does not serve requests), ENOENT (no pool
 /// of that name) or EOVERFLOW (nested more than 16 deep).
 __attribute__((visibility("default"))) int modelmem_pool_push(const char* name) {
-  if (!serving() || g_router == nullptr) {
+  if (!serving() || !g_has_pools) {
     errno = ENODEV;
     return -1;
   }
@@ -225,13 +216,13 @@ __attribute__((visibility("default"))) int modelmem_pool_push(const char* name) 
   Inside inside;
   const std::string wanted(name);
   bool known = false;
-  for (const auto& p : g_router->pools()) known = known || p.name == wanted;
+  for (const auto& p : g_alloc->pools()) known = known || p.name == wanted;
   if (!known) {
     errno = ENOENT;
     return -1;
   }
   try {
-    g_router->push_pool(wanted);
+    modelmem::alloc::push_pool(*g_alloc, wanted);
   } catch (const std::exception&) {
     errno = EOVERFLOW;
     return -1;
@@ -242,11 +233,11 @@ __attribute__((visibility("default"))) int modelmem_pool_push(const char* name) 
 /// Ends the calling thread's innermost pool selection. 0, or -1 (errno EINVAL) when there is
 /// none, ENODEV as modelmem_pool_push.
 __attribute__((visibility("default"))) int modelmem_pool_pop(void) {
-  if (!serving() || g_router == nullptr) {
+  if (!serving() || !g_has_pools) {
     errno = ENODEV;
     return -1;
   }
-  if (!g_router->pop_pool()) {
+  if (!modelmem::alloc::pop_pool()) {
     errno = EINVAL;
     return -1;
   }
@@ -256,10 +247,10 @@ __attribute__((visibility("default"))) int modelmem_pool_pop(void) {
 /// The pool the calling thread's requests go to now: its name, "" for the process's own stack,
 /// or NULL when there are no pools. The string lives as long as the process.
 __attribute__((visibility("default"))) const char* modelmem_pool_current(void) {
-  if (!serving() || g_router == nullptr) return nullptr;
+  if (!serving() || !g_has_pools) return nullptr;
   Inside inside;
-  const std::string name = g_router->current_pool();
-  for (const auto& p : g_router->pools())
+  const std::string name = modelmem::alloc::current_pool(*g_alloc);
+  for (const auto& p : g_alloc->pools())
     if (p.name == name) return p.name.c_str();
   return "";
 }

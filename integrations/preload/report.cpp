@@ -49,8 +49,8 @@ void print_report() {
   if (const std::string passed = passed_on_summary(); !passed.empty())
     std::fprintf(out, "  passed on         %s\n", passed.c_str());
   alloc::Stats s = g_alloc->stats();
-  if (g_planned != nullptr) {
-    auto p = g_planned->planned_stats();
+  if (s.planned) {
+    const alloc::PlannedStats& p = *s.planned;
     std::fprintf(out, "  steps             %llu (period %llu requests)\n",
                  static_cast<unsigned long long>(p.steps),
                  static_cast<unsigned long long>(p.period));
@@ -80,7 +80,8 @@ void print_report() {
                  format_bytes(p.arena_size).c_str(),
                  static_cast<unsigned long long>(p.arena_allocations));
     if (p.arena_size > 0) {
-      const auto [base, bytes] = g_planned->arena_range();
+      const auto* base = reinterpret_cast<const void*>(p.arena_address);
+      const std::size_t bytes = p.arena_size;
       if (p.arena_huge_pages)
         std::fprintf(out,
                      "  arena pages       %s of it in 2 MiB pages (transparent huge pages: %s)\n",
@@ -88,8 +89,8 @@ void print_report() {
                      device::transparent_huge_pages_mode().c_str());
       else
         std::fprintf(out, "  arena pages       4 KiB pages (%s)\n",
-                     !g_planned->options().huge_pages ? "planned_huge_pages:False"
-                     : bytes < (2u << 20)             ? "the arena is smaller than one 2 MiB page"
+                     !p.huge_pages_asked  ? "planned_huge_pages:False"
+                     : bytes < (2u << 20) ? "the arena is smaller than one 2 MiB page"
                                           : "the kernel refused transparent huge pages");
     }
     std::fprintf(out, "  faults avoided    %llu pages (hits served from the pre-faulted arena)\n",

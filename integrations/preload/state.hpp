@@ -30,11 +30,8 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "modelmem/alloc/allocator.hpp"
-#include "modelmem/alloc/planned_allocator.hpp"
-#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/trace/recorder.hpp"
 #include "region_device.hpp"
 #include "stack.hpp"
@@ -57,10 +54,10 @@ extern RegionDevice* g_region;
 extern std::mutex g_mutex;
 /// The strategy (nullptr until the library is ready).
 extern alloc::Allocator* g_alloc;
-/// g_alloc when the configuration has pools.
-extern alloc::PoolRouter* g_router;
-/// g_alloc (or the router's main pool) when the strategy is planned.
-extern alloc::PlannedAllocator* g_planned;
+/// The strategy has pools (g_alloc->pools() names them).
+extern bool g_has_pools;
+/// The strategy (or the router's main stack) is the planned arena (Stats::planned).
+extern bool g_planned;
 /// What was built, kept for the process's lifetime (nullptr until the library is ready).
 extern Stack* g_stack;
 /// MODELMEM_TRACE: the recorder and the path it streams to (trace_file.hpp).
@@ -68,9 +65,6 @@ extern trace::Recorder* g_recorder;
 extern std::string* g_trace_path;
 /// The strategy's describe(), for the report.
 extern std::string* g_describe;
-/// Requested size of every live block made by modelmem (malloc_usable_size, realloc), whatever
-/// the strategy. Its nodes come from the C heap (it is only touched inside modelmem).
-extern std::unordered_map<const void*, std::size_t>* g_sizes;
 /// Requests counted for the report (under g_mutex).
 extern std::uint64_t g_served;
 /// Large requests the strategy refused (out of memory), served by the next allocator instead.

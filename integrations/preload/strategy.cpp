@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 
 #include "cache_glue.hpp"
 #include "modelmem/core/error.hpp"
@@ -12,20 +13,24 @@
 #include "trace_file.hpp"
 
 namespace modelmem::preload {
+namespace {
+
+// Whether the planned arena (the strategy, or the router's main stack) has made a plan.
+bool first_plan_made() {
+  const alloc::Allocator* main = g_has_pools ? g_alloc->upstream() : g_alloc;
+  const std::optional<alloc::PlannedStats> p = main->stats().planned;
+  return p && p->plans_made > 0;
+}
+
+}  // namespace
 
 void* mm_allocate(std::size_t size) noexcept {
   Inside inside;
   std::lock_guard lock(g_mutex);
   try {
     void* p = g_alloc->allocate(size);
-    try {
-      g_sizes->emplace(p, size);
-    } catch (...) {
-      g_alloc->deallocate(p);
-      throw;
-    }
     g_served++;
-    if (g_cache_pending && g_planned->planned_stats().plans_made > 0) {
+    if (g_cache_pending && first_plan_made()) {
       g_cache_pending = false;
       g_cache_on.store(true, std::memory_order_release);
     }
@@ -45,7 +50,6 @@ void mm_free(void* p) noexcept {
   std::lock_guard lock(g_mutex);
   try {
     g_alloc->deallocate(p);
-    g_sizes->erase(p);
   } catch (const std::exception& e) {
     // As glibc does for a double free: the heap can no longer be trusted.
     std::fprintf(stderr, "modelmem preload: free(%p): %s\n", p, e.what());
@@ -56,8 +60,11 @@ void mm_free(void* p) noexcept {
 std::size_t mm_size(const void* p) noexcept {
   Inside inside;
   std::lock_guard lock(g_mutex);
-  auto it = g_sizes->find(p);
-  return it == g_sizes->end() ? 0 : it->second;
+  try {
+    return g_alloc->block_size(p);
+  } catch (...) {
+    return 0;
+  }
 }
 
 // Requests served by modelmem; the sizes of the others are left to the next allocator.

@@ -334,12 +334,13 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
     s.pools.emplace(name, p);
     return p;
   }
-  if (auto* router = dynamic_cast<alloc::PoolRouter*>(s.allocator.get())) {
-    // The CPU allocator's own pool of that name (its quota behind a QuotaAdaptor).
-    for (const alloc::NamedPool& named : router->pools())
+  if (!s.allocator->pools().empty()) {
+    // The CPU allocator's own pool of that name (its quota behind a QuotaAdaptor, which the
+    // config factory builds for every pool).
+    for (const alloc::NamedPool& named : s.allocator->pools())
       if (named.name == name) {
         p->allocator = named.allocator;
-        p->adaptor = std::dynamic_pointer_cast<alloc::QuotaAdaptor>(named.allocator);
+        p->adaptor = std::static_pointer_cast<alloc::QuotaAdaptor>(named.allocator);
       }
     s.pools.emplace(name, p);
     return p;
@@ -381,8 +382,8 @@ std::string report_text() {
     out += fmt::format("{:<14} {} allocations, {} frees from the OS; {} OOMs, {} retries\n",
                        "device calls", st.num_device_alloc, st.num_device_free, st.num_ooms,
                        st.num_alloc_retries);
-    if (const auto* planned = dynamic_cast<const alloc::PlannedAllocator*>(&a)) {
-      alloc::PlannedStats ps = planned->planned_stats();
+    if (st.planned) {
+      const alloc::PlannedStats& ps = *st.planned;
       out += fmt::format(
           "{:<14} {} steps, {} plans made, arena {}; {} requests from the arena, "
           "{} missed, {} outside the plans\n",

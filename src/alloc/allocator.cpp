@@ -1,10 +1,28 @@
+// The allocator contract's out-of-line half: what the public functions do when someone watches
+// (a listener, or the invariant checks), and the clock and thread ids events carry.
 #include "modelmem/alloc/allocator.hpp"
 
 #include <chrono>
-#include <functional>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
+#include "modelmem/core/error.hpp"
+
 namespace modelmem::alloc {
+namespace {
+
+bool invariant_checks_wanted() noexcept {
+#ifdef MODELMEM_CHECK_INVARIANTS
+  return true;
+#else
+  const char* v = std::getenv("MODELMEM_CHECK_INVARIANTS");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+#endif
+}
+
+}  // namespace
 
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -17,6 +35,102 @@ std::uint64_t this_thread_id() noexcept {
   static std::atomic<std::uint64_t> next{0};
   thread_local std::uint64_t id = next.fetch_add(1, std::memory_order_relaxed);
   return id;
+}
+
+Allocator::Allocator() : checking_(invariant_checks_wanted()) {}
+
+void Allocator::attach(Listener* listener, bool outer) noexcept {
+  outer_.store(outer || listener == nullptr, std::memory_order_relaxed);
+  listener_.store(listener, std::memory_order_release);
+  do_set_listener(listener);
+}
+
+void Allocator::refuse_zero_size() const {
+  const std::string d = describe();
+  throw InvalidInput(d.substr(0, d.find_first_of(" :(,")) + ": allocation of 0 bytes");
+}
+
+void* Allocator::allocate_observed(std::size_t size, Stream stream) {
+  Listener* l = outer_.load(std::memory_order_relaxed) ? listener() : nullptr;
+  void* p = nullptr;
+  try {
+    p = do_allocate(size, stream);
+  } catch (const OutOfMemory&) {
+    if (l != nullptr) l->on_event(oom_event(size, stream));
+    if (checking_) verify("a failed allocate");
+    throw;
+  } catch (...) {
+    if (checking_) verify("a failed allocate");
+    throw;
+  }
+  if (l != nullptr) {
+    const std::uint32_t pool = pools().empty() ? 0 : do_block(p).pool;
+    l->on_event(
+        block_event(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream, pool));
+  }
+  if (checking_) verify("allocate");
+  return p;
+}
+
+void Allocator::deallocate_observed(void* ptr) {
+  Listener* l = outer_.load(std::memory_order_relaxed) ? listener() : nullptr;
+  if (l != nullptr) {
+    // Told before the block can be handed out again (to another thread, too), so a trace never
+    // shows one address handed out twice. A pointer that is not live is refused below.
+    const LiveBlock b = do_block(ptr);
+    if (b.size != 0)
+      l->on_event(block_event(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), b.size,
+                              b.stream, b.pool));
+  }
+  try {
+    do_deallocate(ptr);
+  } catch (...) {
+    if (checking_) verify("a refused deallocate");
+    throw;
+  }
+  if (checking_) verify("deallocate");
+}
+
+Stats Allocator::stats() const {
+  Stats s = do_stats();
+  std::vector<std::string> own = warnings();
+  s.warnings.insert(s.warnings.end(), own.begin(), own.end());
+  return s;
+}
+
+void Allocator::reset_peak() {
+  do_reset_peak();
+  if (checking_) verify("reset_peak");
+}
+
+void Allocator::trim() {
+  do_trim();
+  if (checking_) verify("trim");
+}
+
+void Allocator::begin_step() {
+  if (outer_.load(std::memory_order_relaxed)) emit_mark("step_begin");
+  do_begin_step();
+  if (checking_) verify("begin_step");
+}
+
+void Allocator::end_step() {
+  if (outer_.load(std::memory_order_relaxed)) emit_mark("step_end");
+  do_end_step();
+  if (checking_) verify("end_step");
+}
+
+void Allocator::verify(const char* after) const {
+  // After every operation of a thread's first 4096, then after every 64th: a check walks the
+  // whole state (O(blocks)), and long runs (stress tests, trace replays) must stay affordable.
+  thread_local std::uint64_t operations = 0;
+  const std::uint64_t n = operations++;
+  if (n >= 4096 && n % 64 != 0) return;
+  const std::string violation = do_check_invariants();
+  if (violation.empty()) return;
+  std::fprintf(stderr, "modelmem: invariant broken after %s in %s: %s\n", after, describe().c_str(),
+               violation.c_str());
+  std::abort();
 }
 
 }  // namespace modelmem::alloc

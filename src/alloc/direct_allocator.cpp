@@ -1,7 +1,11 @@
+// The direct strategy: a map of live blocks (pointer -> requested size, stream) and nothing
+// else; the device is called outside the lock.
 #include "modelmem/alloc/direct_allocator.hpp"
 
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "modelmem/core/error.hpp"
 
@@ -10,7 +14,7 @@ namespace modelmem::alloc {
 struct DirectAllocator::Impl {
   device::DevicePtr device;
   mutable std::mutex mutex;
-  std::unordered_map<void*, std::size_t> live;
+  std::unordered_map<void*, std::pair<std::size_t, Stream>> live;
   Stats stats;
 
   // One block is one segment (counted in the large pool): it is reserved, and one device call.
@@ -26,11 +30,10 @@ DirectAllocator::DirectAllocator(device::DevicePtr device) : impl_(std::make_uni
 }
 
 DirectAllocator::~DirectAllocator() {
-  for (auto& [p, size] : impl_->live) impl_->device->deallocate(p, size);
+  for (auto& [p, block] : impl_->live) impl_->device->deallocate(p, block.first);
 }
 
-void* DirectAllocator::allocate(std::size_t size, Stream stream) {
-  if (size == 0) throw InvalidInput("direct allocator: allocation of 0 bytes");
+void* DirectAllocator::do_allocate(std::size_t size, Stream stream) {
   void* p = nullptr;
   try {
     p = impl_->device->allocate(size);
@@ -49,18 +52,18 @@ void* DirectAllocator::allocate(std::size_t size, Stream stream) {
   {
     std::lock_guard lock(impl_->mutex);
     try {
-      impl_->live.emplace(p, size);
+      impl_->live.emplace(p, std::pair{size, stream});
     } catch (...) {
       impl_->device->deallocate(p, size);
       throw;
     }
     impl_->count(size, true);
   }
-  emit(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream);
+  emit(EventKind::kSegmentAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream);
   return p;
 }
 
-void DirectAllocator::deallocate(void* ptr) {
+void DirectAllocator::do_deallocate(void* ptr) {
   std::size_t size = 0;
   {
     std::lock_guard lock(impl_->mutex);
@@ -68,29 +71,47 @@ void DirectAllocator::deallocate(void* ptr) {
     if (it == impl_->live.end())
       throw InvalidInput(
           "direct allocator: free of a pointer it did not hand out (or freed twice)");
-    size = it->second;
+    size = it->second.first;
     impl_->live.erase(it);
     impl_->count(size, false);
   }
+  emit(EventKind::kSegmentFree, reinterpret_cast<std::uintptr_t>(ptr), size);
   impl_->device->deallocate(ptr, size);
-  emit(EventKind::kFree, reinterpret_cast<std::uintptr_t>(ptr), size);
 }
 
-Stats DirectAllocator::stats() const {
-  Stats s;
-  {
-    std::lock_guard lock(impl_->mutex);
-    s = impl_->stats;
-  }
-  return with_warnings(std::move(s));
+Stats DirectAllocator::do_stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
 }
 
-void DirectAllocator::reset_peak() {
+void DirectAllocator::do_reset_peak() {
   std::lock_guard lock(impl_->mutex);
   impl_->stats.reset_peaks();
 }
 
-std::string DirectAllocator::describe() const {
+LiveBlock DirectAllocator::do_block(const void* ptr) const {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->live.find(const_cast<void*>(ptr));
+  if (it == impl_->live.end()) return {};
+  return LiveBlock{it->second.first, it->second.second, 0};
+}
+
+// One block is one segment: the statistics equal a recount of the live blocks.
+std::string DirectAllocator::do_check_invariants() const {
+  std::lock_guard lock(impl_->mutex);
+  std::int64_t bytes = 0;
+  for (const auto& [p, block] : impl_->live) bytes += static_cast<std::int64_t>(block.first);
+  const Stats& s = impl_->stats;
+  const auto n = static_cast<std::int64_t>(impl_->live.size());
+  if (s.allocated_bytes.all.current != bytes || s.reserved_bytes.all.current != bytes ||
+      s.allocation.all.current != n || s.segment.all.current != n)
+    return "statistics differ from the live blocks (allocated " +
+           std::to_string(s.allocated_bytes.all.current) + ", recount " + std::to_string(bytes) +
+           ")";
+  return {};
+}
+
+std::string DirectAllocator::do_describe() const {
   return "direct on " + impl_->device->name() + " (one segment per block, nothing cached)";
 }
 

@@ -17,24 +17,6 @@ namespace {
 
 constexpr std::size_t kAlign = 256;
 
-// Rewrites the pool index and passes events on to whatever Partitions' listener is now.
-class Relay : public Listener {
- public:
-  Relay(const std::atomic<Listener*>* target, std::uint32_t index)
-      : target_(target), index_(index) {}
-  void on_event(const Event& event) noexcept override {
-    Listener* l = target_->load(std::memory_order_acquire);
-    if (l == nullptr) return;
-    Event e = event;
-    e.pool = index_;
-    l->on_event(e);
-  }
-
- private:
-  const std::atomic<Listener*>* target_;
-  std::uint32_t index_;
-};
-
 }  // namespace
 
 PoolSpec PoolSpec::from_plan(std::string name, const std::string& plan_path, double safety_factor) {
@@ -63,7 +45,7 @@ struct Partitions::Impl {
     std::size_t quota = 0;
     std::shared_ptr<Allocator> inner;
     std::shared_ptr<QuotaAdaptor> outer;
-    std::unique_ptr<Relay> relay;
+    std::unique_ptr<PoolRelay> relay;
   };
   device::DevicePtr device;
   PartitionOptions options;
@@ -145,17 +127,14 @@ Partitions::Partitions(device::DevicePtr device, std::vector<PoolSpec> specs,
     q.granularity = kAlign;
     q.device = device;
     pool.outer = std::make_shared<QuotaAdaptor>(pool.inner, q);
-    pool.relay = std::make_unique<Relay>(&m.listener, index);
+    pool.relay = std::make_unique<PoolRelay>(&m.listener, index);
     m.pools.push_back(std::move(pool));
     ++index;
   }
 }
 
 Partitions::~Partitions() {
-  for (auto& p : impl_->pools) {
-    p.inner->set_listener(nullptr);
-    p.outer->set_listener(nullptr);
-  }
+  for (auto& p : impl_->pools) p.outer->set_listener(nullptr);
 }
 
 Allocator& Partitions::pool(std::string_view name) {
@@ -186,10 +165,8 @@ std::size_t Partitions::budget() const noexcept {
 
 void Partitions::set_listener(Listener* listener) {
   impl_->listener.store(listener, std::memory_order_release);
-  for (auto& p : impl_->pools) {
-    p.inner->set_listener(listener ? p.relay.get() : nullptr);
-    p.outer->set_listener(listener ? p.relay.get() : nullptr);
-  }
+  // The quota reports the block events, and passes the relay on to its pool for the rest.
+  for (auto& p : impl_->pools) p.outer->set_listener(listener ? p.relay.get() : nullptr);
 }
 
 std::string Partitions::describe() const {

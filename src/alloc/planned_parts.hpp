@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "modelmem/alloc/types.hpp"
 #include "modelmem/plan/problem.hpp"
 
 namespace modelmem::alloc::detail {
@@ -48,6 +49,7 @@ struct Arena {
 struct Live {
   std::size_t requested = 0;
   std::size_t rounded = 0;
+  Stream stream = 0;
   std::size_t log_index = kNotLogged;  // entry in the log of step `step_id`
   std::uint64_t step_id = 0;
   std::size_t arena = kNoArena;  // index into arenas_

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "modelmem/core/error.hpp"
@@ -16,7 +17,14 @@ struct QuotaAdaptor::Impl {
   mutable std::mutex mutex;
   std::unordered_map<std::uintptr_t, std::size_t> charged;
   std::size_t used = 0;
+  std::size_t in_flight = 0;  // of `used`: charges of requests under way, not in `charged`
   std::size_t peak = 0;
+
+  void refund(std::size_t charge) {
+    std::lock_guard<std::mutex> lock(mutex);
+    used -= charge;
+    in_flight -= charge;
+  }
   std::int64_t refused = 0;
 };
 
@@ -32,8 +40,7 @@ QuotaAdaptor::QuotaAdaptor(std::shared_ptr<Allocator> upstream, QuotaOptions opt
 
 QuotaAdaptor::~QuotaAdaptor() = default;
 
-void* QuotaAdaptor::allocate(std::size_t size, Stream stream) {
-  if (size == 0) throw InvalidInput("pool '" + impl_->options.name + "': allocation of 0 bytes");
+void* QuotaAdaptor::do_allocate(std::size_t size, Stream stream) {
   Impl& m = *impl_;
   const std::size_t g = m.options.granularity;
   // Sizes beyond the quota are refused before rounding, which could overflow.
@@ -53,27 +60,23 @@ void* QuotaAdaptor::allocate(std::size_t size, Stream stream) {
       info.quota = m.options.quota;
       info.where = "pool '" + m.options.name + "'";
       if (m.options.device) info.device_free = m.options.device->memory_info().free;
-      emit(EventKind::kOom, 0, size, stream);
       throw QuotaExceeded(info, "pool '" + m.options.name + "' would exceed its quota: requested " +
                                     format_bytes(size) + " with " + format_bytes(in_use) +
                                     " in use of its quota of " + format_bytes(m.options.quota) +
                                     " (" + modelmem::describe(info) + ")");
     }
     m.used += charge;
+    m.in_flight += charge;
     if (m.used > m.peak) m.peak = m.used;
   }
   void* ptr = nullptr;
   try {
     ptr = m.upstream->allocate(size, stream);
   } catch (const QuotaExceeded&) {
-    std::lock_guard<std::mutex> lock(m.mutex);
-    m.used -= charge;
+    m.refund(charge);
     throw;
   } catch (const OutOfMemory& e) {
-    {
-      std::lock_guard<std::mutex> lock(m.mutex);
-      m.used -= charge;
-    }
+    m.refund(charge);
     // The pool itself ran out below its quota (fragmentation, rounding, caching): same numbers,
     // with the quota and the pool's name added.
     OomInfo info = e.info();
@@ -83,17 +86,16 @@ void* QuotaAdaptor::allocate(std::size_t size, Stream stream) {
     throw OutOfMemory(info, "pool '" + m.options.name + "': " + e.what() + "; quota " +
                                 format_bytes(m.options.quota));
   } catch (...) {
-    std::lock_guard<std::mutex> lock(m.mutex);
-    m.used -= charge;
+    m.refund(charge);
     throw;
   }
   std::lock_guard<std::mutex> lock(m.mutex);
   m.charged.emplace(reinterpret_cast<std::uintptr_t>(ptr), charge);
+  m.in_flight -= charge;
   return ptr;
 }
 
-void QuotaAdaptor::deallocate(void* ptr) {
-  if (ptr == nullptr) return;
+void QuotaAdaptor::do_deallocate(void* ptr) {
   Impl& m = *impl_;
   std::size_t charge = 0;
   {
@@ -108,47 +110,81 @@ void QuotaAdaptor::deallocate(void* ptr) {
     }
     charge = it->second;
     m.charged.erase(it);
+    m.in_flight += charge;
   }
   try {
     m.upstream->deallocate(ptr);
   } catch (...) {
     std::lock_guard<std::mutex> lock(m.mutex);
     m.charged.emplace(reinterpret_cast<std::uintptr_t>(ptr), charge);
+    m.in_flight -= charge;
     throw;
   }
-  std::lock_guard<std::mutex> lock(m.mutex);
-  m.used -= charge;
+  m.refund(charge);
 }
 
-Stats QuotaAdaptor::stats() const {
+Stats QuotaAdaptor::do_stats() const {
   Stats s = impl_->upstream->stats();
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    s.num_ooms += impl_->refused;
-  }
-  return with_warnings(std::move(s));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  s.num_ooms += impl_->refused;
+  return s;
 }
 
-void QuotaAdaptor::reset_peak() {
+void QuotaAdaptor::do_reset_peak() {
   impl_->upstream->reset_peak();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->peak = impl_->used;
 }
 
-void QuotaAdaptor::trim() {
+void QuotaAdaptor::do_trim() {
   impl_->upstream->trim();
 }
 
-std::string QuotaAdaptor::describe() const {
+std::string QuotaAdaptor::do_describe() const {
   return "quota " + format_bytes(impl_->options.quota) + " for pool '" + impl_->options.name +
          "' over " + impl_->upstream->describe();
 }
 
-void QuotaAdaptor::begin_step() {
+void QuotaAdaptor::do_begin_step() {
   impl_->upstream->begin_step();
 }
-void QuotaAdaptor::end_step() {
+void QuotaAdaptor::do_end_step() {
   impl_->upstream->end_step();
+}
+
+LiveBlock QuotaAdaptor::do_block(const void* ptr) const {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->charged.count(reinterpret_cast<std::uintptr_t>(ptr)) == 0) return {};
+  }
+  return impl_->upstream->block(ptr);
+}
+
+Allocator* QuotaAdaptor::do_upstream() const noexcept {
+  return impl_->upstream.get();
+}
+
+void QuotaAdaptor::do_set_listener(Listener* listener) noexcept {
+  attach_upstream(*impl_->upstream, listener);
+}
+
+// The ledger: what is charged equals the live blocks' charges plus those of requests under way,
+// within the quota; then the upstream's own invariants.
+std::string QuotaAdaptor::do_check_invariants() const {
+  const Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    std::size_t sum = m.in_flight;
+    for (const auto& [address, charge] : m.charged) sum += charge;
+    if (sum != m.used)
+      return "pool '" + m.options.name + "': " + std::to_string(m.used) +
+             " bytes charged, the live blocks' charges add up to " + std::to_string(sum);
+    if (m.used > m.options.quota || m.peak < m.used)
+      return "pool '" + m.options.name + "': " + std::to_string(m.used) +
+             " bytes charged with a quota of " + std::to_string(m.options.quota) + " and peak " +
+             std::to_string(m.peak);
+  }
+  return m.upstream->check_invariants();
 }
 
 std::size_t QuotaAdaptor::quota() const noexcept {
@@ -167,10 +203,6 @@ std::size_t QuotaAdaptor::peak_used() const {
 
 const std::string& QuotaAdaptor::name() const noexcept {
   return impl_->options.name;
-}
-
-Allocator& QuotaAdaptor::upstream() noexcept {
-  return *impl_->upstream;
 }
 
 }  // namespace modelmem::alloc

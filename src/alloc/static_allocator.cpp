@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -30,6 +31,7 @@ struct StaticAllocator::Impl {
   struct Live {
     std::size_t size;       // block size after rounding
     std::size_t requested;  // what the caller asked for
+    Stream stream;
   };
 
   device::DevicePtr device;
@@ -116,8 +118,7 @@ StaticAllocator::~StaticAllocator() {
   m.device->deallocate(m.segment, m.options.budget);
 }
 
-void* StaticAllocator::allocate(std::size_t size, Stream stream) {
-  if (size == 0) throw InvalidInput("static pool: allocation of 0 bytes");
+void* StaticAllocator::do_allocate(std::size_t size, Stream stream) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mutex);
   const std::size_t rounded = (size + m.options.alignment - 1) & ~(m.options.alignment - 1);
@@ -134,22 +135,19 @@ void* StaticAllocator::allocate(std::size_t size, Stream stream) {
     // Asked outside the lock: the device may be shared and slow; the numbers above are a
     // consistent snapshot of this pool.
     info.device_free = m.device->memory_info().free;
-    emit(EventKind::kOom, 0, size, stream);
     throw OutOfMemory(std::move(info));
   }
   const std::size_t offset = fit->offset;
   m.free.take(*fit, offset, rounded);
 
   const std::uintptr_t address = m.base + offset;
-  m.insert_live(address, Impl::Live{rounded, size});
+  m.insert_live(address, Impl::Live{rounded, size, stream});
   m.stats.count_block(pool_of_request(size), rounded, size, true);
   m.update_split_counters();
-  emit(EventKind::kAlloc, address, size, stream);
   return reinterpret_cast<void*>(address);
 }
 
-void StaticAllocator::deallocate(void* ptr) {
-  if (ptr == nullptr) return;
+void StaticAllocator::do_deallocate(void* ptr) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
@@ -167,25 +165,77 @@ void StaticAllocator::deallocate(void* ptr) {
 
   m.stats.count_block(pool_of_request(block.requested), block.size, block.requested, false);
   m.update_split_counters();
-  emit(EventKind::kFree, address, block.size);
 }
 
-Stats StaticAllocator::stats() const {
-  Stats s;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    s = impl_->stats;
-    s.largest_free_block = impl_->largest_free();
-  }
-  return with_warnings(std::move(s));
+Stats StaticAllocator::do_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Stats s = impl_->stats;
+  s.largest_free_block = impl_->largest_free();
+  return s;
 }
 
-void StaticAllocator::reset_peak() {
+void StaticAllocator::do_reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->stats.reset_peaks();
 }
 
-std::string StaticAllocator::describe() const {
+// The arena was obtained at construction, before any listener: a new listener hears of it first.
+void StaticAllocator::do_set_listener(Listener* listener) noexcept {
+  if (listener != nullptr)
+    emit(EventKind::kSegmentAlloc, reinterpret_cast<std::uintptr_t>(impl_->segment),
+         impl_->options.budget);
+}
+
+LiveBlock StaticAllocator::do_block(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == impl_->live.end()) return {};
+  return LiveBlock{it->second.requested, it->second.stream, 0};
+}
+
+// Live blocks and free ranges tile the usable space exactly, free ranges are merged, and the
+// statistics equal a recount of the live blocks.
+std::string StaticAllocator::do_check_invariants() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  std::map<std::size_t, std::pair<std::size_t, bool>> pieces;  // offset -> (size, free)
+  std::int64_t bytes = 0, requested = 0;
+  for (const auto& [address, block] : m.live) {
+    if (address < m.base || address - m.base + block.size > m.usable)
+      return "live block " + hex(address) + " lies outside the arena";
+    if (block.size % m.options.alignment != 0 || block.requested > block.size)
+      return "live block " + hex(address) + " has size " + std::to_string(block.size) +
+             " for a request of " + std::to_string(block.requested);
+    pieces.emplace(static_cast<std::size_t>(address - m.base), std::pair{block.size, false});
+    bytes += static_cast<std::int64_t>(block.size);
+    requested += static_cast<std::int64_t>(block.requested);
+  }
+  for (const auto& [offset, size] : m.free.by_offset())
+    if (!pieces.emplace(offset, std::pair{size, true}).second)
+      return "offset " + std::to_string(offset) + " is both free and live";
+  std::size_t at = 0;
+  bool previous_free = false;
+  for (const auto& [offset, piece] : pieces) {
+    if (offset != at)
+      return "the arena is not tiled at offset " + std::to_string(at) + " (next piece at " +
+             std::to_string(offset) + ")";
+    if (piece.second && previous_free)
+      return "two adjacent free ranges at offset " + std::to_string(offset);
+    previous_free = piece.second;
+    at = offset + piece.first;
+  }
+  if (at != m.usable)
+    return "the pieces end at " + std::to_string(at) + ", the arena at " + std::to_string(m.usable);
+  if (m.stats.allocated_bytes.all.current != bytes ||
+      m.stats.requested_bytes.all.current != requested ||
+      m.stats.allocation.all.current != static_cast<std::int64_t>(m.live.size()))
+    return "statistics differ from the live blocks (allocated " +
+           std::to_string(m.stats.allocated_bytes.all.current) + ", recount " +
+           std::to_string(bytes) + ")";
+  return {};
+}
+
+std::string StaticAllocator::do_describe() const {
   const Impl& m = *impl_;
   return "static: one pool of " + format_bytes(m.options.budget) + " on " + m.device->name() +
          ", best fit with coalescing, alignment " + std::to_string(m.options.alignment);

@@ -18,6 +18,7 @@ struct SystemAllocator::Impl {
   struct Live {
     std::size_t size;
     std::size_t requested;
+    Stream stream;
   };
   using LiveMap = std::unordered_map<std::uintptr_t, Live>;
   SystemOptions options;
@@ -39,8 +40,7 @@ SystemAllocator::~SystemAllocator() {
   for (auto& [address, block] : impl_->live) std::free(reinterpret_cast<void*>(address));
 }
 
-void* SystemAllocator::allocate(std::size_t size, Stream stream) {
-  if (size == 0) throw InvalidInput("system: allocation of 0 bytes");
+void* SystemAllocator::do_allocate(std::size_t size, Stream stream) {
   Impl& m = *impl_;
   const std::size_t rounded =
       checked_align_up(size, m.options.alignment, "system: allocation size");
@@ -55,31 +55,29 @@ void* SystemAllocator::allocate(std::size_t size, Stream stream) {
       info.reserved = static_cast<std::size_t>(m.stats.reserved_bytes.all.current);
       info.allocated = static_cast<std::size_t>(m.stats.allocated_bytes.all.current);
     }
-    emit(EventKind::kOom, 0, size, stream);
     throw OutOfMemory(std::move(info));
   }
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   {
     std::lock_guard<std::mutex> lock(m.mutex);
     if (m.spare.empty()) {
-      m.live.emplace(address, Impl::Live{rounded, size});
+      m.live.emplace(address, Impl::Live{rounded, size, stream});
     } else {
       auto node = std::move(m.spare.back());
       m.spare.pop_back();
       node.key() = address;
-      node.mapped() = Impl::Live{rounded, size};
+      node.mapped() = Impl::Live{rounded, size, stream};
       m.live.insert(std::move(node));
     }
     const PoolKind kind = pool_of_request(size);
     m.stats.count_block(kind, rounded, size, true);
     m.stats.count_segment(kind, rounded, true);
   }
-  emit(EventKind::kAlloc, address, size, stream);
+  emit(EventKind::kSegmentAlloc, address, rounded, stream);
   return ptr;
 }
 
-void SystemAllocator::deallocate(void* ptr) {
-  if (ptr == nullptr) return;
+void SystemAllocator::do_deallocate(void* ptr) {
   Impl& m = *impl_;
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   Impl::Live block;
@@ -99,25 +97,50 @@ void SystemAllocator::deallocate(void* ptr) {
     m.stats.count_segment(kind, block.size, false);
   }
   // Told before the heap may hand the address to another thread, so listeners see events in order.
-  emit(EventKind::kFree, address, block.size);
+  emit(EventKind::kSegmentFree, address, block.size, block.stream);
   std::free(ptr);
 }
 
-Stats SystemAllocator::stats() const {
-  Stats s;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    s = impl_->stats;
-  }
-  return with_warnings(std::move(s));
+Stats SystemAllocator::do_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
 }
 
-void SystemAllocator::reset_peak() {
+void SystemAllocator::do_reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->stats.reset_peaks();
 }
 
-std::string SystemAllocator::describe() const {
+LiveBlock SystemAllocator::do_block(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->live.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == impl_->live.end()) return {};
+  return LiveBlock{it->second.requested, it->second.stream, 0};
+}
+
+// Every block is its own "segment": the statistics equal a recount of the live blocks.
+std::string SystemAllocator::do_check_invariants() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  std::int64_t bytes = 0, requested = 0;
+  for (const auto& [address, block] : m.live) {
+    if (address % m.options.alignment != 0 || block.size % m.options.alignment != 0 ||
+        block.requested > block.size)
+      return "live block " + std::to_string(address) + " is not aligned or too small";
+    bytes += static_cast<std::int64_t>(block.size);
+    requested += static_cast<std::int64_t>(block.requested);
+  }
+  const auto n = static_cast<std::int64_t>(m.live.size());
+  if (m.stats.allocated_bytes.all.current != bytes || m.stats.reserved_bytes.all.current != bytes ||
+      m.stats.requested_bytes.all.current != requested || m.stats.allocation.all.current != n ||
+      m.stats.segment.all.current != n)
+    return "statistics differ from the live blocks (allocated " +
+           std::to_string(m.stats.allocated_bytes.all.current) + ", recount " +
+           std::to_string(bytes) + ")";
+  return {};
+}
+
+std::string SystemAllocator::do_describe() const {
   return "system: C heap (aligned_alloc/free), alignment " +
          std::to_string(impl_->options.alignment);
 }

@@ -34,32 +34,30 @@ std::vector<monitor::PoolRegistration> publish_stack(const Config& config, const
                                                      const std::string& device) {
   std::vector<monitor::PoolRegistration> out;
   monitor::PoolInfo info = pool_info(config, built, default_name, device);
-  auto* router = dynamic_cast<alloc::PoolRouter*>(built.allocator.get());
-  if (router == nullptr) {
+  if (built.allocator->pools().empty()) {
     out.push_back(monitor::publish(built.allocator, info));
     return out;
   }
-  // The router owns the pools; each is shown on its own, as long as the stack lives (forever in
-  // the libraries).
-  if (router->main()) {
+  // A router owns the pools; each is shown on its own, as long as the stack lives (forever in
+  // the libraries); its main stack (upstream) too.
+  if (alloc::Allocator* main = built.allocator->upstream()) {
     info.budget = 0;
-    out.push_back(monitor::publish(router->main(), info));
+    out.push_back(monitor::publish(std::shared_ptr<alloc::Allocator>(built.allocator, main), info));
   }
-  for (const alloc::NamedPool& p : router->pools())
+  for (const alloc::NamedPool& p : built.allocator->pools())
     out.push_back(monitor::publish(p.allocator, {p.name, device, info.strategy, p.quota}));
   return out;
 }
 
 int push_pool(alloc::Allocator& stack, const char* name, std::string& why) {
-  auto* router = dynamic_cast<alloc::PoolRouter*>(&stack);
-  if (router == nullptr) return 1;
+  if (stack.pools().empty()) return 1;
   if (name == nullptr || !core::valid_pool_name(name)) {
     why = "'" + core::printable(name ? name : "(null)") + "' is not a pool name (" +
           core::pool_name_rule() + ")";
     return -1;
   }
   try {
-    router->push_pool(name);
+    alloc::push_pool(stack, name);
     return 0;
   } catch (const std::exception& e) {
     why = e.what();
@@ -68,9 +66,8 @@ int push_pool(alloc::Allocator& stack, const char* name, std::string& why) {
 }
 
 int pop_pool(alloc::Allocator& stack, std::string& why) {
-  auto* router = dynamic_cast<alloc::PoolRouter*>(&stack);
-  if (router == nullptr) return 1;
-  if (router->pop_pool()) return 0;
+  if (stack.pools().empty()) return 1;
+  if (alloc::pop_pool()) return 0;
   why = "no pool was selected on this thread";
   return -1;
 }

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/allocator.hpp"
 #include "modelmem/monitor/reader.hpp"
 
 namespace modelmem::monitor {
@@ -298,13 +298,7 @@ class Publisher {
       PoolInfo filled = info;
       if (filled.strategy.empty()) filled.strategy = first_word(allocator->describe());
       PoolSnapshot s = snapshot_of(allocator->stats(), filled);
-      if (fill) {
-        fill(s);
-      } else if (auto* planned = dynamic_cast<const alloc::PlannedAllocator*>(allocator.get())) {
-        const alloc::PlannedStats p = planned->planned_stats();
-        s.plan_hits = p.hits;
-        s.plan_misses = p.misses;
-      }
+      if (fill) fill(s);
       s.update_time_ns = now;
       pools.push_back(std::move(s));
     }
@@ -434,6 +428,10 @@ PoolSnapshot snapshot_of(const alloc::Stats& stats, const PoolInfo& info) {
   s.alloc_bytes_total = clamp(stats.allocated_bytes.all.allocated);
   s.free_bytes_total = clamp(stats.allocated_bytes.all.freed);
   s.segments = clamp(stats.segment.all.current);
+  if (stats.planned) {
+    s.plan_hits = stats.planned->hits;
+    s.plan_misses = stats.planned->misses;
+  }
   return s;
 }
 

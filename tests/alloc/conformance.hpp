@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/event_recorder.hpp"
 #include "modelmem/alloc/allocator.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/alloc/direct_allocator.hpp"
@@ -232,6 +233,7 @@ TEST_P(Conformance, NoOverlapAndExactStatsUnderARandomPattern) {
       live[i] = live.back();
       live.pop_back();
     }
+    ASSERT_EQ(alloc_->check_invariants(), "") << "step " << step;
     const Stats s = alloc_->stats();
     ASSERT_EQ(s.requested_bytes.all.current, requested) << "step " << step;
     ASSERT_EQ(s.allocation.all.current, static_cast<std::int64_t>(live.size())) << step;
@@ -312,6 +314,63 @@ TEST_P(Conformance, TrimReturnsMemory) {
       EXPECT_EQ(device_->memory_info().free, kCapacity);
     }
   }
+}
+
+// The contract the base class keeps for every strategy: a listener on the allocator hears each
+// block once, a free with the size its alloc had; size 0 is refused with no event; an OOM is one
+// kOom; block_size() answers for live blocks only.
+TEST_P(Conformance, EventsAndQueriesAreTheSameForEveryStrategy) {
+  testing::EventRecorder rec;
+  alloc_->set_listener(&rec);
+  const std::vector<std::size_t> sizes = {1, 100, 4096, 300000, 3 * kMiB + 7};
+  std::vector<void*> blocks;
+  for (std::size_t size : sizes) {
+    blocks.push_back(alloc_->allocate(size, 7));
+    EXPECT_EQ(alloc_->block_size(blocks.back()), size);
+    EXPECT_EQ(alloc_->block(blocks.back()).stream, 7u);
+  }
+  EXPECT_THROW(alloc_->allocate(0), InvalidInput);
+  if (strategy().on_device) {
+    EXPECT_THROW(alloc_->allocate(2 * kCapacity), OutOfMemory);
+  }
+  for (void* p : blocks) alloc_->deallocate(p);
+  EXPECT_EQ(alloc_->block_size(blocks.front()), 0u) << "a freed block is not live";
+  int local = 0;
+  EXPECT_EQ(alloc_->block_size(&local), 0u);
+  EXPECT_THROW(alloc_->deallocate(blocks.front()), InvalidInput);
+  alloc_->set_listener(nullptr);
+
+  std::vector<Event> block_events;
+  for (const Event& e : rec.events)
+    if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree || e.kind == EventKind::kOom)
+      block_events.push_back(e);
+  const std::size_t ooms = strategy().on_device ? 1 : 0;
+  ASSERT_EQ(block_events.size(), 2 * sizes.size() + ooms);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const Event& a = block_events[i];
+    const Event& f = block_events[sizes.size() + ooms + i];
+    EXPECT_EQ(a.kind, EventKind::kAlloc);
+    EXPECT_EQ(a.size, sizes[i]);
+    EXPECT_EQ(a.stream, 7u);
+    EXPECT_EQ(f.kind, EventKind::kFree);
+    EXPECT_EQ(f.address, a.address);
+    EXPECT_EQ(f.size, a.size) << "a free carries the size its alloc did";
+    EXPECT_EQ(f.stream, a.stream);
+  }
+  if (ooms) {
+    EXPECT_EQ(block_events[sizes.size()].kind, EventKind::kOom);
+  }
+  // Segments reported are segments returned or still held, never freed twice.
+  std::map<std::uintptr_t, std::size_t> segments;
+  for (const Event& e : rec.events) {
+    if (e.kind == EventKind::kSegmentAlloc) {
+      EXPECT_TRUE(segments.emplace(e.address, e.size).second) << "segment reported twice";
+    }
+    if (e.kind == EventKind::kSegmentFree) {
+      EXPECT_EQ(segments.erase(e.address), 1u) << "segment freed but never reported";
+    }
+  }
+  EXPECT_EQ(alloc_->check_invariants(), "");
 }
 
 }  // namespace modelmem::alloc::conformance

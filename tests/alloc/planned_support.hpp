@@ -61,23 +61,28 @@ class MmapDevice : public device::Device {
 // The fallback: the C library, 256-byte aligned, remembering what it handed out.
 class MallocAllocator : public alloc::Allocator {
  public:
-  void* allocate(std::size_t size, alloc::Stream = 0) override {
+  void* do_allocate(std::size_t size, alloc::Stream = 0) override {
     void* p = std::aligned_alloc(256, (size + 255) / 256 * 256);
     std::lock_guard lock(mutex_);
     live_[p] = size;
     calls_++;
     return p;
   }
-  void deallocate(void* ptr) override {
+  void do_deallocate(void* ptr) override {
     std::lock_guard lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) throw InvalidInput("malloc fallback: unknown pointer");
     live_.erase(it);
     std::free(ptr);
   }
-  alloc::Stats stats() const override { return {}; }
-  void reset_peak() override {}
-  std::string describe() const override { return "malloc"; }
+  alloc::Stats do_stats() const override { return {}; }
+  void do_reset_peak() override {}
+  std::string do_describe() const override { return "malloc"; }
+  alloc::LiveBlock do_block(const void* p) const override {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find(const_cast<void*>(p));
+    return it == live_.end() ? alloc::LiveBlock{} : alloc::LiveBlock{it->second, 0, 0};
+  }
   std::size_t live() const {
     std::lock_guard lock(mutex_);
     return live_.size();

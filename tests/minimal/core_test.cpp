@@ -13,16 +13,17 @@ namespace {
 
 class FixedStats : public modelmem::alloc::Allocator {
  public:
-  void* allocate(std::size_t, modelmem::alloc::Stream) override { return nullptr; }
-  void deallocate(void*) override {}
-  modelmem::alloc::Stats stats() const override {
+  void* do_allocate(std::size_t, modelmem::alloc::Stream) override { return nullptr; }
+  void do_deallocate(void*) override {}
+  modelmem::alloc::Stats do_stats() const override {
     modelmem::alloc::Stats s;
     s.reserved_bytes.all.add(3 << 20);
     s.allocated_bytes.all.add(1 << 20);
     return s;
   }
-  void reset_peak() override {}
-  std::string describe() const override { return "fixed"; }
+  void do_reset_peak() override {}
+  std::string do_describe() const override { return "fixed"; }
+  modelmem::alloc::LiveBlock do_block(const void*) const override { return {}; }
 };
 
 }  // namespace

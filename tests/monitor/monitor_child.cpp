@@ -35,7 +35,7 @@ class CountingAllocator : public modelmem::alloc::Allocator {
   ~CountingAllocator() override {
     for (auto& [p, n] : blocks_) std::free(p);
   }
-  void* allocate(std::size_t size, modelmem::alloc::Stream = 0) override {
+  void* do_allocate(std::size_t size, modelmem::alloc::Stream = 0) override {
     std::lock_guard lock(mu_);
     auto used = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
     if (size > reserved_ - used) {
@@ -55,7 +55,7 @@ class CountingAllocator : public modelmem::alloc::Allocator {
     stats_.largest_free_block = reserved_ - used - size;
     return p;
   }
-  void deallocate(void* ptr) override {
+  void do_deallocate(void* ptr) override {
     std::lock_guard lock(mu_);
     auto it = blocks_.find(ptr);
     if (it == blocks_.end()) throw modelmem::InvalidInput("not ours");
@@ -67,16 +67,22 @@ class CountingAllocator : public modelmem::alloc::Allocator {
     std::free(it->first);
     blocks_.erase(it);
   }
-  Stats stats() const override {
+  Stats do_stats() const override {
     std::lock_guard lock(mu_);
     return stats_;
   }
-  void reset_peak() override {
+  void do_reset_peak() override {
     std::lock_guard lock(mu_);
     stats_.allocated_bytes.reset_peak();
   }
-  std::string describe() const override {
+  std::string do_describe() const override {
     return "counting: reserved " + std::to_string(reserved_);
+  }
+  modelmem::alloc::LiveBlock do_block(const void* p) const override {
+    std::lock_guard lock(mu_);
+    auto it = blocks_.find(const_cast<void*>(p));
+    return it == blocks_.end() ? modelmem::alloc::LiveBlock{}
+                               : modelmem::alloc::LiveBlock{it->second, 0, 0};
   }
 
  private:

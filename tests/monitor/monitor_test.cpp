@@ -466,11 +466,12 @@ TEST(System, ParsesMeminfo) {
 class FixedAllocator : public alloc::Allocator {
  public:
   explicit FixedAllocator(std::int64_t reserved) { stats_.reserved_bytes.all.add(reserved); }
-  void* allocate(std::size_t, alloc::Stream) override { return nullptr; }
-  void deallocate(void*) override {}
-  alloc::Stats stats() const override { return stats_; }
-  void reset_peak() override {}
-  std::string describe() const override { return "fixed(test)"; }
+  void* do_allocate(std::size_t, alloc::Stream) override { return nullptr; }
+  void do_deallocate(void*) override {}
+  alloc::Stats do_stats() const override { return stats_; }
+  void do_reset_peak() override {}
+  std::string do_describe() const override { return "fixed(test)"; }
+  alloc::LiveBlock do_block(const void*) const override { return {}; }
   alloc::Stats stats_;
 };
 

@@ -26,7 +26,7 @@ class LimitedHeap : public alloc::Allocator {
   ~LimitedHeap() override {
     for (auto& [p, size] : live_) std::free(p);
   }
-  void* allocate(std::size_t size, alloc::Stream) override {
+  void* do_allocate(std::size_t size, alloc::Stream) override {
     if (used_ + size > limit_)
       throw OutOfMemory(OomInfo{size, limit_ - used_, limit_, used_, 0, {}, "test"});
     void* p = std::malloc(size);
@@ -36,7 +36,7 @@ class LimitedHeap : public alloc::Allocator {
     stats_.reserved_bytes.all.add(static_cast<std::int64_t>(size));
     return p;
   }
-  void deallocate(void* p) override {
+  void do_deallocate(void* p) override {
     auto it = live_.find(p);
     if (it == live_.end()) throw InvalidInput("not mine");
     used_ -= it->second;
@@ -45,10 +45,14 @@ class LimitedHeap : public alloc::Allocator {
     std::free(p);
     live_.erase(it);
   }
-  alloc::Stats stats() const override { return stats_; }
-  void reset_peak() override {}
-  std::string describe() const override { return "limited heap"; }
-  void begin_step() override { ++steps_; }
+  alloc::Stats do_stats() const override { return stats_; }
+  void do_reset_peak() override {}
+  std::string do_describe() const override { return "limited heap"; }
+  alloc::LiveBlock do_block(const void* p) const override {
+    auto it = live_.find(const_cast<void*>(p));
+    return it == live_.end() ? alloc::LiveBlock{} : alloc::LiveBlock{it->second, 0, 0};
+  }
+  void do_begin_step() override { ++steps_; }
   std::size_t steps_ = 0;
 
  private:

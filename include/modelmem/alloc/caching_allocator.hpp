@@ -108,13 +108,6 @@ class CachingAllocator : public Allocator {
   CachingAllocator(device::DevicePtr device, CachingOptions options = {});
   ~CachingAllocator() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  Stats stats() const override;
-  void reset_peak() override;
-  void trim() override;
-  std::string describe() const override;
-
   /// The block is also used on `stream`: once freed, it is not reused by any stream until
   /// synchronize() says the streams caught up.
   void record_stream(void* ptr, Stream stream);
@@ -123,15 +116,19 @@ class CachingAllocator : public Allocator {
   const CachingOptions& options() const noexcept;
   const device::DevicePtr& device() const noexcept;
 
-  /// Checks the pool's invariants under its lock: the blocks of every segment tile it, each
-  /// block is in exactly one of the live map, a free set, an unmapped set or the pending list,
-  /// no two adjacent blocks are both free (or both unmapped), and the statistics equal a recount
-  /// of the blocks. Returns the first violation found, or an empty string. O(blocks): for tests
-  /// and debugging (builds with MODELMEM_CHECK_INVARIANTS call it after every operation of the
-  /// random and stress tests).
-  std::string check_invariants() const;
-
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  void do_trim() override;
+  std::string do_describe() const override;
+  LiveBlock do_block(const void* ptr) const override;
+  /// check_invariants(): the blocks of every segment tile it, each block is in exactly one of
+  /// the live map, a free set, an unmapped set or the pending list, no two adjacent blocks are
+  /// both free (or both unmapped), and the statistics equal a recount of the blocks.
+  std::string do_check_invariants() const override;
+
   friend struct CachingAllocatorTestAccess;  // tests/alloc: corrupts a state on purpose
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -80,32 +80,6 @@ struct PlannedOptions {
   std::function<plan::Plan(const plan::Problem&)> planner;
 };
 
-/// What the planned arena did, for reports (MODELMEM_REPORT) and tests.
-struct PlannedStats {
-  std::uint64_t steps = 0;             ///< steps completed
-  std::uint64_t plans_made = 0;        ///< step plans computed (first plans and re-plans)
-  std::uint64_t plans_kept = 0;        ///< plans held now
-  std::uint64_t hits = 0;              ///< requests served from the arena
-  std::uint64_t misses = 0;            ///< requests in a planned step that did not match
-  std::uint64_t occupied = 0;          ///< of the misses: the slot overlapped a live block
-  std::uint64_t unplanned = 0;         ///< requests outside any plan by design (no step, warm-up,
-                                       ///< blocks that outlive their step)
-  std::uint64_t mismatched_steps = 0;  ///< steps with at least one miss, or fewer requests
-  std::uint64_t replans = 0;           ///< plans made because of mismatching steps
-  std::uint64_t period = 0;            ///< detected period in requests (auto_steps), 0 if none
-  std::size_t arena_size = 0;          ///< bytes of the current arena
-  std::size_t arena_allocations = 0;   ///< arenas obtained from the device so far
-  bool arena_huge_pages = false;       ///< the device took the large-page hint for the arena
-  std::size_t hit_bytes = 0;           ///< bytes served from the arena (total)
-  std::size_t peak_live = 0;           ///< peak bytes live (arena and fallback, requested sizes)
-  std::uint64_t plans_refused = 0;     ///< plans not taken: arena + blocks outliving the step
-                                       ///< would hold more than the fallback alone did
-  std::uint64_t plans_deferred = 0;    ///< plans that ran past solve_time_limit at their step
-                                       ///< mark and were finished on the worker thread
-  std::uint64_t deferred_ms = 0;       ///< total time from those step marks to the step mark
-                                       ///< that took their plan
-};
-
 /// Called first on every planning worker thread (the LD_PRELOAD library marks the thread as its
 /// own there, so the solver's memory does not come from the arena it plans). nullptr: none.
 void set_planner_thread_hook(void (*hook)()) noexcept;
@@ -117,20 +91,8 @@ class PlannedAllocator : public Allocator {
   explicit PlannedAllocator(PlannedOptions options);
   ~PlannedAllocator() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  Stats stats() const override;
-  void reset_peak() override;
-  void trim() override;
-  std::string describe() const override;
-  /// A step begins (ends the open one, if any). Ignored when auto_steps is set.
-  void begin_step() override;
-  /// The open step ends; it may be planned now. Ignored when auto_steps is set.
-  void end_step() override;
-
+  /// Also in stats().planned, wherever the arena sits in a stack.
   PlannedStats planned_stats() const;
-  /// Requested size of a live block handed out by this allocator, 0 if it is not one.
-  std::size_t block_size(const void* ptr) const;
   /// True when `ptr` lies inside an arena of this allocator (live or not).
   bool in_arena(const void* ptr) const;
   /// The current arena's address range ({nullptr, 0} before the first plan).
@@ -138,6 +100,21 @@ class PlannedAllocator : public Allocator {
   const PlannedOptions& options() const noexcept;
 
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  void do_trim() override;
+  std::string do_describe() const override;
+  /// A step begins (ends the open one, if any); the first one turns auto_steps off.
+  void do_begin_step() override;
+  /// The open step ends; it may be planned now.
+  void do_end_step() override;
+  LiveBlock do_block(const void* ptr) const override;
+  Allocator* do_upstream() const noexcept override;
+  std::string do_check_invariants() const override;
+  void do_set_listener(Listener* listener) noexcept override;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -9,6 +9,7 @@
 // library calls the router from inside malloc).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -21,11 +22,14 @@
 
 namespace modelmem::alloc {
 
-struct NamedPool {
-  std::string name;
-  std::size_t quota = 0;  ///< bytes; reported to monitors
-  std::shared_ptr<Allocator> allocator;
-};
+/// Selects pool `name` of `router` (an allocator whose pools() name it: a PoolRouter) for this
+/// thread's later requests (nested up to 16 deep). Throws InvalidInput for an unknown name or a
+/// selection nested too deep.
+void push_pool(const Allocator& router, std::string_view name);
+/// Ends this thread's innermost selection; false when there was none.
+bool pop_pool() noexcept;
+/// The name of the pool this thread's requests to `router` go to now ("" for its main stack).
+std::string current_pool(const Allocator& router);
 
 class PoolRouter : public Allocator {
  public:
@@ -36,43 +40,39 @@ class PoolRouter : public Allocator {
              std::string default_pool = "");
   ~PoolRouter() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  /// The sum of every pool's and the main stack's statistics.
-  Stats stats() const override;
-  void reset_peak() override;
-  void trim() override;
-  std::string describe() const override;
-  /// To the calling thread's pool.
-  void begin_step() override;
-  void end_step() override;
+  /// push_pool(*this, name), pop_pool(), current_pool(*this).
+  void push_pool(std::string_view name) { alloc::push_pool(*this, name); }
+  bool pop_pool() noexcept { return alloc::pop_pool(); }
+  std::string current_pool() const { return alloc::current_pool(*this); }
 
-  /// Selects `name` for this thread's later requests (nested up to 16 deep). Throws
-  /// InvalidInput for an unknown name or a selection nested too deep.
-  void push_pool(std::string_view name);
-  /// Ends the innermost selection; false when there was none.
-  bool pop_pool() noexcept;
-  /// The name of the pool this thread's requests go to now ("" for the main stack).
-  std::string current_pool() const;
-
-  const std::vector<NamedPool>& pools() const noexcept { return pools_; }
-  /// The process's own stack (nullptr when every request goes to a pool).
+  /// The process's own stack (nullptr when every request goes to a pool); also upstream().
   const std::shared_ptr<Allocator>& main() const noexcept { return main_; }
 
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  /// The sum of every pool's and the main stack's statistics.
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  void do_trim() override;
+  std::string do_describe() const override;
+  /// To the calling thread's pool.
+  void do_begin_step() override;
+  void do_end_step() override;
+  LiveBlock do_block(const void* ptr) const override;
+  Allocator* do_upstream() const noexcept override { return main_.get(); }
+  std::span<const NamedPool> do_pools() const noexcept override { return pools_; }
+  std::string do_check_invariants() const override;
+  void do_set_listener(Listener* listener) noexcept override;
+
   Allocator& target(int index) const;
-  int current_index() const noexcept;  ///< -1: main
 
   std::shared_ptr<Allocator> main_;
   std::vector<NamedPool> pools_;
-  int default_index_ = -1;
   mutable std::mutex mutex_;
-  struct Owner {
-    int index;         ///< pool index (-1: main)
-    std::size_t size;  ///< bytes requested, for the free's event
-    Stream stream;
-  };
-  std::unordered_map<const void*, Owner> owner_;  ///< live block -> its pool
+  std::unordered_map<const void*, int> owner_;      ///< live block -> pool index (-1: main)
+  std::atomic<Listener*> listener_copy_{nullptr};   ///< what the relays pass events on to
+  std::vector<std::unique_ptr<PoolRelay>> relays_;  ///< one per pool: Event::pool = index + 1
 };
 
 }  // namespace modelmem::alloc

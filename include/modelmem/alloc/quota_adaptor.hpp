@@ -29,23 +29,26 @@ class QuotaAdaptor : public Allocator {
   QuotaAdaptor(std::shared_ptr<Allocator> upstream, QuotaOptions options);
   ~QuotaAdaptor() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  /// The upstream's statistics; num_ooms also counts requests refused by the quota.
-  Stats stats() const override;
-  void reset_peak() override;
-  void trim() override;
-  std::string describe() const override;
-  void begin_step() override;
-  void end_step() override;
-
   std::size_t quota() const noexcept;
   std::size_t used() const;       ///< bytes charged now
   std::size_t peak_used() const;  ///< since construction or reset_peak()
   const std::string& name() const noexcept;
-  Allocator& upstream() noexcept;
 
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  /// The upstream's statistics; num_ooms also counts requests refused by the quota.
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  void do_trim() override;
+  std::string do_describe() const override;
+  void do_begin_step() override;
+  void do_end_step() override;
+  LiveBlock do_block(const void* ptr) const override;
+  Allocator* do_upstream() const noexcept override;
+  std::string do_check_invariants() const override;
+  void do_set_listener(Listener* listener) noexcept override;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -21,13 +21,15 @@ class StaticAllocator : public Allocator {
   StaticAllocator(device::DevicePtr device, StaticOptions options);
   ~StaticAllocator() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  Stats stats() const override;
-  void reset_peak() override;
-  std::string describe() const override;
-
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  std::string do_describe() const override;
+  LiveBlock do_block(const void* ptr) const override;
+  std::string do_check_invariants() const override;
+  void do_set_listener(Listener* listener) noexcept override;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,35 @@ struct CounterSet {
   }
 };
 
+/// What the planned arena did (Stats::planned), for reports (MODELMEM_REPORT), the monitor
+/// and tests.
+struct PlannedStats {
+  std::uint64_t steps = 0;             ///< steps completed
+  std::uint64_t plans_made = 0;        ///< step plans computed (first plans and re-plans)
+  std::uint64_t plans_kept = 0;        ///< plans held now
+  std::uint64_t hits = 0;              ///< requests served from the arena
+  std::uint64_t misses = 0;            ///< requests in a planned step that did not match
+  std::uint64_t occupied = 0;          ///< of the misses: the slot overlapped a live block
+  std::uint64_t unplanned = 0;         ///< requests outside any plan by design (no step, warm-up,
+                                       ///< blocks that outlive their step)
+  std::uint64_t mismatched_steps = 0;  ///< steps with at least one miss, or fewer requests
+  std::uint64_t replans = 0;           ///< plans made because of mismatching steps
+  std::uint64_t period = 0;            ///< detected period in requests (auto_steps), 0 if none
+  std::size_t arena_size = 0;          ///< bytes of the current arena
+  std::size_t arena_allocations = 0;   ///< arenas obtained from the device so far
+  bool arena_huge_pages = false;       ///< the device took the large-page hint for the arena
+  std::size_t hit_bytes = 0;           ///< bytes served from the arena (total)
+  std::size_t peak_live = 0;           ///< peak bytes live (arena and fallback, requested sizes)
+  std::uint64_t plans_refused = 0;     ///< plans not taken: arena + blocks outliving the step
+                                       ///< would hold more than the fallback alone did
+  std::uint64_t plans_deferred = 0;    ///< plans that ran past solve_time_limit at their step
+                                       ///< mark and were finished on the worker thread
+  std::uint64_t deferred_ms = 0;       ///< total time from those step marks to the step mark
+                                       ///< that took their plan
+  std::uintptr_t arena_address = 0;    ///< the current arena's first byte, 0 before a plan
+  bool huge_pages_asked = false;       ///< planned_huge_pages was on
+};
+
 /// Statistics with PyTorch's names where they match (torch.cuda.memory_stats()).
 struct Stats {
   CounterSet allocated_bytes;       ///< bytes in blocks handed to callers (after rounding)
@@ -101,6 +131,9 @@ struct Stats {
   std::int64_t num_device_free = 0;
   std::size_t largest_free_block = 0;  ///< largest block servable without asking the device
   std::vector<std::string> warnings;   ///< e.g. the expandable-segments fallback notice
+  /// The planned arena's own numbers, wherever it sits in the stack (behind a quota, as a
+  /// router's main stack); empty for stacks without one.
+  std::optional<PlannedStats> planned;
 
   /// Calls `f(CounterSet&)` for each of the nine counter sets above.
   template <typename F>
@@ -135,6 +168,7 @@ struct Stats {
     if (other.largest_free_block > largest_free_block)
       largest_free_block = other.largest_free_block;
     warnings.insert(warnings.end(), other.warnings.begin(), other.warnings.end());
+    if (!planned) planned = other.planned;
   }
 
   /// The caller's side of a block handed out or taken back: allocated_bytes by `bytes`,

@@ -22,13 +22,14 @@ class SystemAllocator : public Allocator {
   explicit SystemAllocator(SystemOptions options = {});
   ~SystemAllocator() override;
 
-  void* allocate(std::size_t size, Stream stream = 0) override;
-  void deallocate(void* ptr) override;
-  Stats stats() const override;
-  void reset_peak() override;
-  std::string describe() const override;
-
  private:
+  void* do_allocate(std::size_t size, Stream stream) override;
+  void do_deallocate(void* ptr) override;
+  Stats do_stats() const override;
+  void do_reset_peak() override;
+  std::string do_describe() const override;
+  LiveBlock do_block(const void* ptr) const override;
+  std::string do_check_invariants() const override;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -61,8 +61,8 @@ class PoolRegistration {
 /// expires (only a weak reference is kept; the publisher thread briefly holds a strong one while
 /// it copies the statistics). Returns an inactive registration when publishing is off or the
 /// segment cannot be created (a one-line note on stderr says why); never throws for that.
-/// `fill`, when given, completes each snapshot; without it a PlannedAllocator's plan hits and
-/// misses are filled in.
+/// The plan hits and misses come from Stats::planned; `fill`, when given, completes each
+/// snapshot.
 [[nodiscard]] PoolRegistration publish(std::shared_ptr<const alloc::Allocator> allocator,
                                        PoolInfo info, SnapshotFill fill = {});
 

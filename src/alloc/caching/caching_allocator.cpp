@@ -12,7 +12,7 @@ Stats CachingAllocator::Impl::stats() const {
   if (tc_on_) apply_thread_caches(s);
   s.largest_free_block = largest_free();
   return s;
-}  // CachingAllocator::stats adds the warnings
+}  // Allocator::stats adds the warnings
 
 void CachingAllocator::Impl::reset_peak() {
   std::lock_guard lock(mu_);
@@ -132,19 +132,29 @@ CachingAllocator::~CachingAllocator() {
   impl_->release_everything();
 }
 
-Stats CachingAllocator::stats() const {
+Stats CachingAllocator::do_stats() const {
   // What has been free for cache_decay_ms goes back first: the monitor reads statistics every
   // interval, which is how an idle process gives its cache back (see CachingOptions::decay_ms).
   impl_->decay_now();
-  return with_warnings(impl_->stats());
+  return impl_->stats();
 }
 
-void CachingAllocator::reset_peak() {
+void CachingAllocator::do_reset_peak() {
   impl_->reset_peak();
 }
 
-void CachingAllocator::trim() {
+void CachingAllocator::do_trim() {
   impl_->trim();
+}
+
+LiveBlock CachingAllocator::do_block(const void* ptr) const {
+  std::lock_guard lock(impl_->mu_);
+  auto it = impl_->active_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == impl_->active_.end()) return {};
+  const caching::Block* b = it->second;
+  // A block parked in a thread cache was freed already.
+  if (b->tc_state.load(std::memory_order_relaxed) == caching::kTcParked) return {};
+  return LiveBlock{b->requested, b->stream, 0};
 }
 
 void CachingAllocator::record_stream(void* ptr, Stream stream) {
@@ -163,7 +173,7 @@ const device::DevicePtr& CachingAllocator::device() const noexcept {
   return impl_->device_;
 }
 
-std::string CachingAllocator::describe() const {
+std::string CachingAllocator::do_describe() const {
   const auto& o = impl_->options_;
   std::string s = "caching on " + impl_->device_->name() + ": ";
   if (o.expandable_segments) {

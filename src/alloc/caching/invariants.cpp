@@ -32,7 +32,7 @@ std::string hex(std::uintptr_t v) {
 
 }  // namespace
 
-std::string CachingAllocator::check_invariants() const {
+std::string CachingAllocator::do_check_invariants() const {
   const Impl& m = *impl_;
   std::lock_guard lock(m.mu_);
   std::ostringstream err;

@@ -248,9 +248,8 @@ std::size_t CachingAllocator::Impl::largest_free() const {
   return best;
 }
 
-[[noreturn]] void CachingAllocator::Impl::throw_oom(std::size_t size, Stream stream) {
+[[noreturn]] void CachingAllocator::Impl::throw_oom(std::size_t size, Stream) {
   ++stats_.num_ooms;
-  owner_->emit(EventKind::kOom, 0, size, stream);
   OomInfo info;
   info.requested = size;
   try {
@@ -297,7 +296,6 @@ bool CachingAllocator::Impl::release_parked_and_oversize(bool pool, std::size_t 
 }
 
 [[gnu::noinline]] void* CachingAllocator::Impl::allocate_locked(std::size_t size, Stream stream) {
-  if (size == 0) throw InvalidInput("allocate: size 0");
   std::lock_guard lock(mu_);
   decay();
   const std::size_t rounded = round_size(size);
@@ -338,7 +336,6 @@ bool CachingAllocator::Impl::release_parked_and_oversize(bool pool, std::size_t 
     }
   }
   stats_.count_block(kind_of(small), b->size, size, true);
-  owner_->emit(EventKind::kAlloc, b->addr, size, stream);
   return reinterpret_cast<void*>(b->addr);
 }
 
@@ -366,7 +363,6 @@ Block* CachingAllocator::Impl::lookup(void* ptr, const char* what) {
   stats_.count_handed_out(kind_of(small), b->size, b->requested_counted, false);
   fix_r_ +=
       static_cast<std::int64_t>(b->requested_counted) - static_cast<std::int64_t>(b->requested);
-  owner_->emit(EventKind::kFree, b->addr, b->size, b->stream);
   if (!b->stream_uses.empty()) {
     b->allocated = false;
     b->pending = true;

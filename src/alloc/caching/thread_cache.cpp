@@ -214,7 +214,6 @@ std::shared_ptr<ThreadCache> CachingAllocator::Impl::shared_of(ThreadCache* c) c
   }
   leave(*c);
   if (addr == 0) return nullptr;
-  owner_->emit(EventKind::kAlloc, addr, size, stream);
   return reinterpret_cast<void*>(addr);
 }
 
@@ -227,7 +226,6 @@ std::shared_ptr<ThreadCache> CachingAllocator::Impl::shared_of(ThreadCache* c) c
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   ThreadCache::Entry& e = c->table[ThreadCache::slot_of(p)];
   std::size_t bytes = 0;
-  Stream stream = 0;
   if (e.ptr == p) {
     Block* b = e.block;
     ThreadCache::Bin* bin = c->parked_bytes + b->size <= options_.thread_cache_bytes
@@ -239,16 +237,13 @@ std::shared_ptr<ThreadCache> CachingAllocator::Impl::shared_of(ThreadCache* c) c
       bin->slot[bin->n++] = b;
       c->parked_bytes += b->size;
       bytes = b->size;
-      stream = b->stream;
       bump(c->parks_b, static_cast<std::int64_t>(b->size));
       bump(c->parks_r, static_cast<std::int64_t>(b->requested));
       bump(c->parks_n, 1);
     }
   }
   leave(*c);
-  if (bytes == 0) return false;
-  owner_->emit(EventKind::kFree, p, bytes, stream);
-  return true;
+  return bytes != 0;
 }
 
 // Under mu_: a block a thread cache knows becomes the pool's alone. False when it is parked,
@@ -343,11 +338,11 @@ void CachingAllocator::Impl::deallocate(void* ptr) {
   deallocate_locked(ptr);
 }
 
-void* CachingAllocator::allocate(std::size_t size, Stream stream) {
+void* CachingAllocator::do_allocate(std::size_t size, Stream stream) {
   return impl_->allocate(size, stream);
 }
 
-void CachingAllocator::deallocate(void* ptr) {
+void CachingAllocator::do_deallocate(void* ptr) {
   impl_->deallocate(ptr);
 }
 
