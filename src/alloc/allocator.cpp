@@ -121,11 +121,7 @@ void Allocator::end_step() {
 }
 
 void Allocator::verify(const char* after) const {
-  // After every operation of a thread's first 4096, then after every 64th: a check walks the
-  // whole state (O(blocks)), and long runs (stress tests, trace replays) must stay affordable.
-  thread_local std::uint64_t operations = 0;
-  const std::uint64_t n = operations++;
-  if (n >= 4096 && n % 64 != 0) return;
+  // After every operation, not a sample: a check walks the whole state (O(blocks)).
   const std::string violation = do_check_invariants();
   if (violation.empty()) return;
   std::fprintf(stderr, "modelmem: invariant broken after %s in %s: %s\n", after, describe().c_str(),

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "invariant_probe.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -113,6 +114,12 @@ std::string DirectAllocator::do_check_invariants() const {
 
 std::string DirectAllocator::do_describe() const {
   return "direct on " + impl_->device->name() + " (one segment per block, nothing cached)";
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(DirectAllocator& a, std::int64_t delta) {
+  std::lock_guard lock(a.impl_->mutex);
+  a.impl_->stats.allocated_bytes.all.current += delta;
 }
 
 }  // namespace modelmem::alloc

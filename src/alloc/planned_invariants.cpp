@@ -1,9 +1,11 @@
-// The planned arena's invariant checker (PlannedAllocator::check_invariants).
+// The planned arena's invariant checker (PlannedAllocator::check_invariants), and the test hook
+// that breaks its live-byte count on purpose (invariant_probe.hpp).
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "invariant_probe.hpp"
 #include "planned_impl.hpp"
 
 namespace modelmem::alloc {
@@ -58,6 +60,13 @@ std::string PlannedAllocator::do_check_invariants() const {
       return "planned arena: statistics differ from the live arena blocks";
   }
   return m.options.fallback->check_invariants();
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(PlannedAllocator& a, std::int64_t delta) {
+  std::lock_guard lock(a.impl_->mutex);
+  a.impl_->live_bytes =
+      static_cast<std::size_t>(static_cast<std::int64_t>(a.impl_->live_bytes) + delta);
 }
 
 }  // namespace modelmem::alloc

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "invariant_probe.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -209,6 +210,16 @@ std::string PoolRouter::do_check_invariants() const {
     if (std::string v = p.allocator->check_invariants(); !v.empty())
       return "pool '" + p.name + "': " + v;
   return {};
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(PoolRouter& a, std::int64_t delta) {
+  static const char stray = 0;
+  std::lock_guard lock(a.mutex_);
+  if (delta > 0)
+    a.owner_[&stray] = static_cast<int>(a.pools_.size());
+  else
+    a.owner_.erase(&stray);
 }
 
 }  // namespace modelmem::alloc

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "invariant_probe.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -203,6 +204,12 @@ std::size_t QuotaAdaptor::peak_used() const {
 
 const std::string& QuotaAdaptor::name() const noexcept {
   return impl_->options.name;
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(QuotaAdaptor& a, std::int64_t delta) {
+  std::lock_guard<std::mutex> lock(a.impl_->mutex);
+  a.impl_->used = static_cast<std::size_t>(static_cast<std::int64_t>(a.impl_->used) + delta);
 }
 
 }  // namespace modelmem::alloc

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "invariant_probe.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/free_list.hpp"
 
@@ -239,6 +240,12 @@ std::string StaticAllocator::do_describe() const {
   const Impl& m = *impl_;
   return "static: one pool of " + format_bytes(m.options.budget) + " on " + m.device->name() +
          ", best fit with coalescing, alignment " + std::to_string(m.options.alignment);
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(StaticAllocator& a, std::int64_t delta) {
+  std::lock_guard<std::mutex> lock(a.impl_->mutex);
+  a.impl_->stats.allocated_bytes.all.current += delta;
 }
 
 }  // namespace modelmem::alloc

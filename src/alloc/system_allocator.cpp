@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "invariant_probe.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -143,6 +144,12 @@ std::string SystemAllocator::do_check_invariants() const {
 std::string SystemAllocator::do_describe() const {
   return "system: C heap (aligned_alloc/free), alignment " +
          std::to_string(impl_->options.alignment);
+}
+
+// The test hook (invariant_probe.hpp).
+void InvariantProbe::skew(SystemAllocator& a, std::int64_t delta) {
+  std::lock_guard<std::mutex> lock(a.impl_->mutex);
+  a.impl_->stats.allocated_bytes.all.current += delta;
 }
 
 }  // namespace modelmem::alloc

@@ -2,6 +2,7 @@
 // it fires on each kind of corruption a test hook makes on purpose.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "alloc/caching/impl.hpp"
@@ -157,6 +158,20 @@ TEST(CachingInvariants, CatchesTwoAdjacentFreeBlocks) {
   m.delete_block(half);
   m.pool_insert(f);
   EXPECT_EQ(s.pool.check_invariants(), "");
+}
+
+// The check runs inside the pool after every operation when asked for
+// (MODELMEM_CHECK_INVARIANTS): the first operation after the state broke aborts.
+TEST(CachingInvariants, ACheckingPoolAbortsOnTheNextOperation) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ::setenv("MODELMEM_CHECK_INVARIANTS", "1", 1);
+  SplitPool s;
+  ::unsetenv("MODELMEM_CHECK_INVARIANTS");
+  Stats& stats = impl(s.pool).stats_;
+  stats.allocated_bytes.all.current += 512;
+  EXPECT_DEATH(s.pool.deallocate(s.pool.allocate(4096)),
+               "invariant broken after allocate in caching.*allocated_bytes");
+  stats.allocated_bytes.all.current -= 512;
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ class PoolRouter : public Allocator {
   std::string do_check_invariants() const override;
   void do_set_listener(Listener* listener) noexcept override;
 
+  friend struct InvariantProbe;  // src/alloc/invariant_probe.hpp: tests break a state
   Allocator& target(int index) const;
 
   std::shared_ptr<Allocator> main_;

@@ -30,6 +30,7 @@ class StaticAllocator : public Allocator {
   LiveBlock do_block(const void* ptr) const override;
   std::string do_check_invariants() const override;
   void do_set_listener(Listener* listener) noexcept override;
+  friend struct InvariantProbe;  // src/alloc/invariant_probe.hpp: tests break a state
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
