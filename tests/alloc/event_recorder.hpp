@@ -22,6 +22,16 @@ struct EventRecorder : alloc::Listener {
     for (const auto& e : events) n += e.kind == k;
     return n;
   }
+  /// The block events (alloc, free, oom) in order, without the device events and marks.
+  std::vector<alloc::Event> blocks() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<alloc::Event> out;
+    for (const auto& e : events)
+      if (e.kind == alloc::EventKind::kAlloc || e.kind == alloc::EventKind::kFree ||
+          e.kind == alloc::EventKind::kOom)
+        out.push_back(e);
+    return out;
+  }
 };
 
 }  // namespace modelmem::testing

@@ -88,13 +88,16 @@ TEST(StaticArena, ExhaustionThrowsOutOfMemoryWithTheNumbers) {
   EXPECT_EQ(a.stats().num_ooms, 1);
   a.deallocate(p);
   a.set_listener(nullptr);
-  ASSERT_EQ(rec.events.size(), 3u);
-  EXPECT_EQ(rec.events[0].kind, EventKind::kAlloc);
-  EXPECT_EQ(rec.events[0].size, 3 * kMiB);
-  EXPECT_EQ(rec.events[1].kind, EventKind::kOom);
-  EXPECT_EQ(rec.events[1].size, 2 * kMiB);
-  EXPECT_EQ(rec.events[2].kind, EventKind::kFree);
-  EXPECT_EQ(rec.events[2].address, reinterpret_cast<std::uintptr_t>(p));
+  // The arena it holds is told as a segment when the listener arrives; then the blocks.
+  EXPECT_EQ(rec.count(EventKind::kSegmentAlloc), 1);
+  const std::vector<Event> blocks = rec.blocks();
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[0].kind, EventKind::kAlloc);
+  EXPECT_EQ(blocks[0].size, 3 * kMiB);
+  EXPECT_EQ(blocks[1].kind, EventKind::kOom);
+  EXPECT_EQ(blocks[1].size, 2 * kMiB);
+  EXPECT_EQ(blocks[2].kind, EventKind::kFree);
+  EXPECT_EQ(blocks[2].address, reinterpret_cast<std::uintptr_t>(p));
   // Requests larger than the whole pool (even absurd ones) are OOM, not overflow.
   EXPECT_THROW(a.allocate(SIZE_MAX), OutOfMemory);
   EXPECT_THROW(a.allocate(4 * kMiB + 1), OutOfMemory);
@@ -316,7 +319,10 @@ TEST(SystemStrategy, CountsAndChecksLikeTheOthers) {
   EXPECT_THROW(a.allocate(0), InvalidInput);
   a.deallocate(q);
   a.set_listener(nullptr);
-  EXPECT_EQ(rec.events.size(), 4u);
+  EXPECT_EQ(rec.blocks().size(), 4u);
+  // Each block is its own segment, told as one.
+  EXPECT_EQ(rec.count(EventKind::kSegmentAlloc), 2);
+  EXPECT_EQ(rec.count(EventKind::kSegmentFree), 2);
   s = a.stats();
   EXPECT_EQ(s.allocated_bytes.all.current, 0);
   EXPECT_EQ(s.allocation.all.allocated, 2);
