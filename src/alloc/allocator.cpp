@@ -68,7 +68,7 @@ void* Allocator::allocate_observed(std::size_t size, Stream stream) {
     l->on_event(
         block_event(EventKind::kAlloc, reinterpret_cast<std::uintptr_t>(p), size, stream, pool));
   }
-  if (checking_) verify("allocate");
+  if (checking_) verify("allocate", p, size);
   return p;
 }
 
@@ -120,9 +120,33 @@ void Allocator::end_step() {
   if (checking_) verify("end_step");
 }
 
-void Allocator::verify(const char* after) const {
-  // After every operation, not a sample: a check walks the whole state (O(blocks)).
-  const std::string violation = do_check_invariants();
+std::size_t Allocator::invariant_size() const {
+  std::size_t n = do_invariant_size();
+  if (const Allocator* up = upstream(); up != nullptr) n += up->invariant_size();
+  for (const NamedPool& p : pools())
+    if (p.allocator) n += p.allocator->invariant_size();
+  return n;
+}
+
+bool Allocator::walk_due() const noexcept {
+  const std::uint64_t op = checked_ops_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (op < next_walk_.load(std::memory_order_relaxed)) return false;
+  next_walk_.store(op + walk_period(invariant_size()), std::memory_order_relaxed);
+  return true;
+}
+
+void Allocator::verify(const char* after, const void* block, std::size_t size) const {
+  // Every operation: the block just handed out is live at its size, and the O(1) local checks.
+  // The walk over the whole state (O(elements)) runs on walk_period()'s schedule.
+  std::string violation;
+  if (block != nullptr) {
+    const LiveBlock b = do_block(block);
+    if (b.size != size)
+      violation = "the block it returned (" + std::to_string(size) + " B) is " +
+                  (b.size == 0 ? std::string("not live") : std::to_string(b.size) + " B live");
+  }
+  if (violation.empty()) violation = do_check_local();
+  if (violation.empty() && walk_due()) violation = do_check_invariants();
   if (violation.empty()) return;
   std::fprintf(stderr, "modelmem: invariant broken after %s in %s: %s\n", after, describe().c_str(),
                violation.c_str());

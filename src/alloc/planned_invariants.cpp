@@ -62,6 +62,28 @@ std::string PlannedAllocator::do_check_invariants() const {
   return m.options.fallback->check_invariants();
 }
 
+// The counters against the sizes of the containers they count (O(1)).
+std::string PlannedAllocator::do_check_local() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  const auto blocks = static_cast<std::int64_t>(m.live.size());
+  if (m.arena_live.size() > m.live.size() || m.big_live > m.live.size() ||
+      m.own.allocation.all.current < 0 || m.own.allocation.all.current > blocks)
+    return "planned arena: " + std::to_string(m.live.size()) + " live blocks, of them " +
+           std::to_string(m.arena_live.size()) + " live ranges, " + std::to_string(m.big_live) +
+           " large and " + std::to_string(m.own.allocation.all.current) + " counted in the arena";
+  if (m.current_arena != kNoArena &&
+      (m.current_arena >= m.arenas.size() || m.arenas[m.current_arena].base == nullptr))
+    return "planned arena: the current arena is a released one";
+  return {};
+}
+
+std::size_t PlannedAllocator::do_invariant_size() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  return m.live.size() + m.arena_live.size() + m.arenas.size();
+}
+
 // The test hook (invariant_probe.hpp).
 void InvariantProbe::skew(PlannedAllocator& a, std::int64_t delta) {
   std::lock_guard lock(a.impl_->mutex);

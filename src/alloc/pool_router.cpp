@@ -222,4 +222,9 @@ void InvariantProbe::skew(PoolRouter& a, std::int64_t delta) {
     a.owner_.erase(&stray);
 }
 
+std::size_t PoolRouter::do_invariant_size() const {
+  std::lock_guard lock(mutex_);
+  return owner_.size();
+}
+
 }  // namespace modelmem::alloc

@@ -180,11 +180,8 @@ std::string QuotaAdaptor::do_check_invariants() const {
     if (sum != m.used)
       return "pool '" + m.options.name + "': " + std::to_string(m.used) +
              " bytes charged, the live blocks' charges add up to " + std::to_string(sum);
-    if (m.used > m.options.quota || m.peak < m.used)
-      return "pool '" + m.options.name + "': " + std::to_string(m.used) +
-             " bytes charged with a quota of " + std::to_string(m.options.quota) + " and peak " +
-             std::to_string(m.peak);
   }
+  if (std::string v = do_check_local(); !v.empty()) return v;
   return m.upstream->check_invariants();
 }
 
@@ -210,6 +207,21 @@ const std::string& QuotaAdaptor::name() const noexcept {
 void InvariantProbe::skew(QuotaAdaptor& a, std::int64_t delta) {
   std::lock_guard<std::mutex> lock(a.impl_->mutex);
   a.impl_->used = static_cast<std::size_t>(static_cast<std::int64_t>(a.impl_->used) + delta);
+}
+
+std::string QuotaAdaptor::do_check_local() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  if (m.used > m.options.quota || m.peak < m.used || m.in_flight > m.used)
+    return "pool '" + m.options.name + "': " + std::to_string(m.used) +
+           " bytes charged with a quota of " + std::to_string(m.options.quota) + ", peak " +
+           std::to_string(m.peak) + " and " + std::to_string(m.in_flight) + " in flight";
+  return {};
+}
+
+std::size_t QuotaAdaptor::do_invariant_size() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->charged.size();
 }
 
 }  // namespace modelmem::alloc

@@ -248,4 +248,23 @@ void InvariantProbe::skew(StaticAllocator& a, std::int64_t delta) {
   a.impl_->stats.allocated_bytes.all.current += delta;
 }
 
+std::string StaticAllocator::do_check_local() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  if (m.stats.allocation.all.current != static_cast<std::int64_t>(m.live.size()) ||
+      m.stats.allocated_bytes.all.current < 0 ||
+      static_cast<std::size_t>(m.stats.allocated_bytes.all.current) + m.free.bytes() != m.usable)
+    return "statistics differ from the live blocks (" +
+           std::to_string(m.stats.allocation.all.current) + " blocks and " +
+           std::to_string(m.stats.allocated_bytes.all.current) + " B counted, " +
+           std::to_string(m.live.size()) + " live, " + std::to_string(m.free.bytes()) +
+           " B free of " + std::to_string(m.usable) + ")";
+  return {};
+}
+
+std::size_t StaticAllocator::do_invariant_size() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->live.size() + impl_->free.count();
+}
+
 }  // namespace modelmem::alloc

@@ -96,10 +96,24 @@ class Allocator {
   /// The named pools this allocator dispatches to (a PoolRouter's); empty for every other.
   std::span<const NamedPool> pools() const noexcept { return do_pools(); }
   /// Checks the allocator's invariants under its lock (structure, and statistics equal to a
-  /// recount of its blocks). Returns the first violation found, or "". O(blocks). Builds with
+  /// recount of its blocks). Returns the first violation found, or "". O(blocks): it walks the
+  /// whole structure, its upstream's and pools' included. Builds with
   /// MODELMEM_CHECK_INVARIANTS (the sanitizer build of scripts/test), or any process started
-  /// with MODELMEM_CHECK_INVARIANTS=1, call it after every operation and abort on a violation.
+  /// with MODELMEM_CHECK_INVARIANTS=1, check after every operation and abort on a violation:
+  /// the cheap local checks every time, this walk on the schedule of walk_period().
   std::string check_invariants() const { return do_check_invariants(); }
+  /// How many elements (blocks, free ranges, segments, routed blocks) check_invariants() walks:
+  /// this allocator's, its upstream's and its pools'. O(pools).
+  std::size_t invariant_size() const;
+  /// The walk's schedule in checking builds: operations from one whole-structure walk to the
+  /// next, for a structure of `size` elements. Every operation while the structure has at most
+  /// kWalkBudget elements, then one walk every size / kWalkBudget operations, so that walks
+  /// visit at most about kWalkBudget elements per operation: a long run stays linear in its
+  /// number of operations. The local checks still run on every operation.
+  static constexpr std::size_t kWalkBudget = 64;
+  static constexpr std::uint64_t walk_period(std::size_t size) noexcept {
+    return size <= kWalkBudget ? 1 : size / kWalkBudget;
+  }
 
   /// Installs (or with nullptr removes) the event listener. The caller keeps it alive until it
   /// is removed. An adaptor passes it on to the allocators it forwards to, which then report
@@ -159,6 +173,11 @@ class Allocator {
   virtual Allocator* do_upstream() const noexcept { return nullptr; }
   virtual std::span<const NamedPool> do_pools() const noexcept { return {}; }
   virtual std::string do_check_invariants() const { return {}; }
+  /// The O(1) checks run after every operation in checking builds (counters against each other
+  /// and against the sizes of the containers), without walking; "" when sound.
+  virtual std::string do_check_local() const { return {}; }
+  /// The elements do_check_invariants() visits itself (not its upstream's); O(1).
+  virtual std::size_t do_invariant_size() const { return 0; }
   /// Adaptors pass a new listener on to what they forward to (attach_upstream).
   virtual void do_set_listener(Listener*) noexcept {}
 
@@ -170,12 +189,17 @@ class Allocator {
   [[noreturn]] void refuse_zero_size() const;
   void* allocate_observed(std::size_t size, Stream stream);
   void deallocate_observed(void* ptr);
-  /// Aborts with the violation when check_invariants() finds one (checking builds only).
-  void verify(const char* after) const;
+  /// Checking builds: the local checks (and, after an allocate, that `block` is live with
+  /// `size` bytes), then the whole walk when its schedule says so; aborts with a violation.
+  void verify(const char* after, const void* block = nullptr, std::size_t size = 0) const;
+  /// Counts the operation; true when it is the one that walks the whole structure.
+  bool walk_due() const noexcept;
 
   std::atomic<Listener*> listener_{nullptr};
   std::atomic<bool> outer_{true};  // reports block events (false: an adaptor above does)
   bool checking_ = false;          // check the invariants after every operation
+  mutable std::atomic<std::uint64_t> checked_ops_{0};  // operations checked so far
+  mutable std::atomic<std::uint64_t> next_walk_{0};    // the operation that walks next
   mutable std::mutex warnings_mutex_;
   std::vector<std::string> warnings_;
 };

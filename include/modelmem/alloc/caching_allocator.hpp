@@ -128,6 +128,8 @@ class CachingAllocator : public Allocator {
   /// the live map, a free set, an unmapped set or the pending list, no two adjacent blocks are
   /// both free (or both unmapped), and the statistics equal a recount of the blocks.
   std::string do_check_invariants() const override;
+  std::string do_check_local() const override;
+  std::size_t do_invariant_size() const override;
 
   friend struct CachingAllocatorTestAccess;  // tests/alloc: corrupts a state on purpose
   struct Impl;

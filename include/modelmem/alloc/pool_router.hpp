@@ -63,6 +63,7 @@ class PoolRouter : public Allocator {
   Allocator* do_upstream() const noexcept override { return main_.get(); }
   std::span<const NamedPool> do_pools() const noexcept override { return pools_; }
   std::string do_check_invariants() const override;
+  std::size_t do_invariant_size() const override;
   void do_set_listener(Listener* listener) noexcept override;
 
   friend struct InvariantProbe;  // src/alloc/invariant_probe.hpp: tests break a state

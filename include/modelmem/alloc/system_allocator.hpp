@@ -30,6 +30,8 @@ class SystemAllocator : public Allocator {
   std::string do_describe() const override;
   LiveBlock do_block(const void* ptr) const override;
   std::string do_check_invariants() const override;
+  std::string do_check_local() const override;
+  std::size_t do_invariant_size() const override;
   friend struct InvariantProbe;  // src/alloc/invariant_probe.hpp: tests break a state
   struct Impl;
   std::unique_ptr<Impl> impl_;

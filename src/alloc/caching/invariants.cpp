@@ -185,4 +185,35 @@ std::string CachingAllocator::do_check_invariants() const {
   return {};
 }
 
+// The counters against the sizes of the containers they count (O(1)): a live block is counted
+// once, a segment once, and nothing allocated lies outside what is reserved.
+std::string CachingAllocator::do_check_local() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mu_);
+  const Stats& s = m.stats_;
+  const auto segments = static_cast<std::int64_t>(m.fixed_segments_.size() + m.expandable_.size());
+  if (s.allocation.all.current != static_cast<std::int64_t>(m.active_.size()))
+    return "stats: allocation is " + std::to_string(s.allocation.all.current) +
+           ", the live map holds " + std::to_string(m.active_.size()) + " blocks";
+  if (s.segment.all.current != segments)
+    return "stats: segment is " + std::to_string(s.segment.all.current) + ", the pool holds " +
+           std::to_string(segments);
+  if (s.allocated_bytes.all.current < 0 ||
+      s.allocated_bytes.all.current > s.reserved_bytes.all.current)
+    return "stats: allocated_bytes " + std::to_string(s.allocated_bytes.all.current) +
+           " exceeds reserved_bytes " + std::to_string(s.reserved_bytes.all.current);
+  return {};
+}
+
+// Every block is met once in its segment, and the free sets, the live map, the pending list
+// and the unmapped sets are walked once more.
+std::size_t CachingAllocator::do_invariant_size() const {
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mu_);
+  std::size_t n = 2 * (m.active_.size() + m.small_.size() + m.large_.size() + m.pending_.size()) +
+                  m.fixed_segments_.size();
+  for (const auto& [key, s] : m.expandable_) n += 1 + 2 * s->unmapped.size();
+  return n;
+}
+
 }  // namespace modelmem::alloc
