@@ -16,7 +16,6 @@
 
 #include "common.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
-#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
@@ -189,8 +188,7 @@ void install(const std::string& text) {
   }
   auto allocator = build_allocator(text);
   allocator->set_listener(&s.tap);
-  if (auto* router = dynamic_cast<alloc::PoolRouter*>(allocator.get()))
-    for (const alloc::NamedPool& p : router->pools()) s.pool_names.push_back(p.name);
+  for (const alloc::NamedPool& p : allocator->pools()) s.pool_names.push_back(p.name);
   modelmem::torch::install(allocator);
   s.allocator = allocator;
   s.config = text;

@@ -6,7 +6,6 @@
 
 #include <thread>
 
-#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/config/publish.hpp"
 
 namespace modelmem::config {
@@ -124,8 +123,7 @@ std::unique_ptr<EventRelay> relay_stack(ListenerRegistry& registry, const Config
                                         const Built& built, const std::string& default_name,
                                         int device, const std::string& device_name) {
   std::vector<std::string> names{pool_info(config, built, default_name, device_name).name};
-  if (auto* router = dynamic_cast<alloc::PoolRouter*>(built.allocator.get()))
-    for (const alloc::NamedPool& p : router->pools()) names.push_back(p.name);
+  for (const alloc::NamedPool& p : built.allocator->pools()) names.push_back(p.name);
   auto relay = std::make_unique<EventRelay>(registry, *built.allocator, device, device_name,
                                             std::move(names));
   registry.track(*relay);
