@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "invariant_probe.hpp"
+#include "local_checks.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -152,20 +153,9 @@ void InvariantProbe::skew(SystemAllocator& a, std::int64_t delta) {
   a.impl_->stats.allocated_bytes.all.current += delta;
 }
 
-// One block is one segment: blocks, segments and the live map agree, and so do the bytes.
 std::string SystemAllocator::do_check_local() const {
-  const Impl& m = *impl_;
-  std::lock_guard lock(m.mutex);
-  const Stats& s = m.stats;
-  const auto n = static_cast<std::int64_t>(m.live.size());
-  if (s.allocation.all.current != n || s.segment.all.current != n ||
-      s.allocated_bytes.all.current != s.reserved_bytes.all.current)
-    return "statistics differ from the live blocks (" + std::to_string(s.allocation.all.current) +
-           " blocks, " + std::to_string(s.segment.all.current) + " segments, " +
-           std::to_string(s.allocated_bytes.all.current) + " B allocated and " +
-           std::to_string(s.reserved_bytes.all.current) + " B reserved for " + std::to_string(n) +
-           " live blocks)";
-  return {};
+  std::lock_guard lock(impl_->mutex);
+  return detail::check_block_per_segment(impl_->stats, impl_->live.size());
 }
 
 std::size_t SystemAllocator::do_invariant_size() const {
