@@ -85,6 +85,7 @@ TEST(InvariantSchedule, WalksEveryOperationWhileSmallThenInProportionToTheSize) 
   a->read_counts();
   EXPECT_EQ(a->walks, Allocator::kWalkBudget);  // small: every operation walked
   EXPECT_EQ(a->local_checks, Allocator::kWalkBudget);
+  for (void* p : blocks) a->deallocate(p);
 }
 
 TEST(InvariantSchedule, ALongRunStaysLinear) {
