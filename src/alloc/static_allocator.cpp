@@ -203,9 +203,9 @@ std::string StaticAllocator::do_check_invariants() const {
   std::int64_t bytes = 0, requested = 0;
   for (const auto& [address, block] : m.live) {
     if (address < m.base || address - m.base + block.size > m.usable)
-      return "live block " + hex(address) + " lies outside the arena";
+      return "live block " + hex_address(address) + " lies outside the arena";
     if (block.size % m.options.alignment != 0 || block.requested > block.size)
-      return "live block " + hex(address) + " has size " + std::to_string(block.size) +
+      return "live block " + hex_address(address) + " has size " + std::to_string(block.size) +
              " for a request of " + std::to_string(block.requested);
     pieces.emplace(static_cast<std::size_t>(address - m.base), std::pair{block.size, false});
     bytes += static_cast<std::int64_t>(block.size);
