@@ -18,12 +18,11 @@
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/device/host.hpp"
 
 namespace modelmem::alloc {
 namespace {
-
-constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // One allocator, and the hook that breaks (delta > 0) or mends (delta < 0) its bookkeeping.
 struct Probed {

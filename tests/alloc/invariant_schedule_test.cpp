@@ -14,6 +14,7 @@
 #include "modelmem/alloc/direct_allocator.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 
@@ -103,8 +104,6 @@ TEST(InvariantSchedule, ALongRunStaysLinear) {
   EXPECT_GE(a->walked, Allocator::kWalkBudget * ops / 4);
   EXPECT_LT(a->walks, ops / 10);
 }
-
-constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // On a large structure a broken counter the local checks see aborts the next operation.
 TEST(InvariantSchedule, TheLocalCheckCatchesAtOnceOnALargeStructure) {
