@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
@@ -56,7 +57,9 @@ void* Allocator::allocate_observed(std::size_t size, Stream stream) {
   try {
     p = do_allocate(size, stream);
   } catch (const OutOfMemory&) {
-    if (l != nullptr) l->on_event(oom_event(size, stream));
+    // A router's OOM (a pool over its quota) names the pool the request went to.
+    if (l != nullptr)
+      l->on_event(oom_event(size, stream, pools().empty() ? 0 : current_pool_id(*this)));
     if (checking_) verify("a failed allocate");
     throw;
   } catch (...) {

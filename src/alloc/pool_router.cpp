@@ -63,6 +63,10 @@ std::string current_pool(const Allocator& router) {
   return i < 0 ? std::string() : pools[static_cast<std::size_t>(i)].name;
 }
 
+std::uint32_t current_pool_id(const Allocator& router) noexcept {
+  return static_cast<std::uint32_t>(current_index(router.pools()) + 1);
+}
+
 PoolRouter::PoolRouter(std::shared_ptr<Allocator> main, std::vector<NamedPool> pools,
                        std::string default_pool)
     : main_(std::move(main)), pools_(std::move(pools)) {

@@ -51,12 +51,12 @@ TEST(Listeners, SeeEachBlockWithDevicePoolSizeAndStreamOnlyOnceRegistered) {
   router->pop_pool();
   built.allocator->deallocate(p);
   built.allocator->deallocate(before);
-  EXPECT_EQ(seen.lines,
-            (std::vector<std::string>{"alloc npu:3 1:bert 4096 7", "free npu:3 1:bert 4096 7",
-                                      "free npu:3 0:npu 100 0"}));
+  EXPECT_EQ(seen.lines, (std::vector<std::string>{
+                            "segment_alloc npu:3 1:bert 2097152 7", "alloc npu:3 1:bert 4096 7",
+                            "free npu:3 1:bert 4096 7", "free npu:3 0:npu 100 0"}));
   EXPECT_EQ(registry.remove(id, why), 0);
   built.allocator->deallocate(built.allocator->allocate(64));
-  EXPECT_EQ(seen.lines.size(), 3u);
+  EXPECT_EQ(seen.lines.size(), 4u);
   EXPECT_EQ(registry.remove(id, why), -1);
   EXPECT_NE(why.find("no listener 0 is registered"), std::string::npos) << why;
 }

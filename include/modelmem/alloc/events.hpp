@@ -9,7 +9,7 @@
 //   kAlloc        the block           bytes requested           its stream  router pool + 1
 //   kFree         the block           bytes requested, as its   its stream  router pool + 1
 //                                     kAlloc said
-//   kOom          0                   bytes requested           its stream  0
+//   kOom          0                   bytes requested           its stream  router pool + 1
 //   kSegmentAlloc the segment / range bytes obtained            its stream  partition index
 //   kSegmentFree  the segment / range bytes returned            its stream  partition index
 //   kMap, kUnmap  first page          bytes (whole pages)       its stream  partition index
@@ -83,8 +83,8 @@ inline Event block_event(EventKind kind, std::uintptr_t address, std::size_t req
                          Stream stream, std::uint32_t pool) noexcept {
   return Event{kind, now_ns(), address, requested, stream, pool, this_thread_id(), nullptr};
 }
-inline Event oom_event(std::size_t requested, Stream stream) noexcept {
-  return Event{EventKind::kOom, now_ns(), 0, requested, stream, 0, this_thread_id(), nullptr};
+inline Event oom_event(std::size_t requested, Stream stream, std::uint32_t pool = 0) noexcept {
+  return Event{EventKind::kOom, now_ns(), 0, requested, stream, pool, this_thread_id(), nullptr};
 }
 inline Event mark_event(const char* label) noexcept {
   return Event{EventKind::kMark, now_ns(), 0, 0, 0, 0, this_thread_id(), label};

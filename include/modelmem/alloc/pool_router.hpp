@@ -30,6 +30,8 @@ void push_pool(const Allocator& router, std::string_view name);
 bool pop_pool() noexcept;
 /// The name of the pool this thread's requests to `router` go to now ("" for its main stack).
 std::string current_pool(const Allocator& router);
+/// The same as the index events carry: the pool's position + 1, 0 for the main stack.
+std::uint32_t current_pool_id(const Allocator& router) noexcept;
 
 class PoolRouter : public Allocator {
  public:
