@@ -8,6 +8,7 @@
 #include <string>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 
 namespace modelmem::tools {
 
@@ -21,20 +22,8 @@ inline void check_input_file(const std::string& path, const char* what = "file")
   if (::access(path.c_str(), R_OK) != 0) throw InvalidInput(path + ": cannot read the " + what);
 }
 
-/// `path` can be created or overwritten: not a directory, its folder exists and is writable.
-inline void check_output_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (path.empty()) throw InvalidInput("an empty output file name");
-  if (fs::is_directory(path, ec))
-    throw InvalidInput(path + ": is a directory, not a file to write");
-  fs::path folder = fs::path(path).parent_path();
-  if (folder.empty()) folder = ".";
-  if (!fs::is_directory(folder, ec))
-    throw InvalidInput(path + ": cannot write: folder " + folder.string() + " does not exist");
-  if (fs::exists(path, ec) ? ::access(path.c_str(), W_OK) != 0
-                           : ::access(folder.c_str(), W_OK | X_OK) != 0)
-    throw InvalidInput(path + ": cannot write: permission denied");
-}
+/// `path` can be written (core/files.hpp: the one output check, shared with `modelmem run`'s
+/// preflight and Python's trace recordings).
+using core::check_output_file;
 
 }  // namespace modelmem::tools

@@ -55,21 +55,6 @@ struct PlanArgs {
   bool fit_each = false;
 };
 
-// An output path that can be written: not a directory, its directory exists and is writable.
-void check_output(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    throw InvalidInput(fmt::format("{} {}: is a directory", flag, path));
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    throw InvalidInput(fmt::format("{} {}: no directory {}", flag, path, dir.string()));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw InvalidInput(
-        fmt::format("{} {}: directory {} is not writable", flag, path, dir.string()));
-}
-
 // Through a temporary file renamed into place: a symlink at `path` is replaced, not followed.
 void write_file(const std::string& path, const std::string& text) {
   core::write_file_replacing(path, text);
@@ -143,8 +128,10 @@ int run_plan(const PlanArgs& args) {
   const std::size_t device =
       args.device_memory.empty() ? 0 : model::parse_size(args.device_memory, "--device-memory");
   sizing::validate(sizing, device);
-  check_output("--json", args.json);
-  check_output("--html", args.html);
+  if (!args.json.empty())
+    core::check_output_file(args.json, core::OutputWrite::kReplacing, "--json");
+  if (!args.html.empty())
+    core::check_output_file(args.html, core::OutputWrite::kReplacing, "--html");
   if (!args.lengths.empty() && fs::is_directory(args.lengths))
     throw InvalidInput(fmt::format("--lengths {}: is a directory", args.lengths));
   for (const auto& m : args.models) {

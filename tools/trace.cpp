@@ -50,7 +50,9 @@ void setup_trace(CLI::App& app, int& exit_code) {
                   "csv, perfetto or problem (default: from the extension: .csv = csv, "
                   ".json = perfetto; any other extension needs --format)")
       ->check(CLI::IsMember({"csv", "perfetto", "problem"}));
-  cmd->add_option("--step", args->step, "problem: the marked step to convert (0-based)")
+  cmd->add_option("--step", args->step,
+                  "problem: the step to convert (0-based), as `analyze` lists them: from the "
+                  "marks, else from the repeating period")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--window", args->window, "problem: event indices BEGIN:END instead of a step");
   cmd->add_flag("--live-in", args->request.live_in,
@@ -66,7 +68,11 @@ void setup_trace(CLI::App& app, int& exit_code) {
     trace::Conversion c = trace::convert_trace(request);
     core::write_file_replacing(request.output, c.text);  // never through a symlink
     for (const auto& w : c.warnings) fmt::print(stderr, "warning: {}\n", w);
-    fmt::print("wrote {} ({}, {} events)\n", request.output, c.format, c.events);
+    if (c.window)
+      fmt::print("wrote {} (problem, {} buffers from events [{}, {}) of {})\n", request.output,
+                 c.buffers, c.window->begin, c.window->end, c.events);
+    else
+      fmt::print("wrote {} ({}, {} events)\n", request.output, c.format, c.events);
     exit_code = 0;
   });
 }

@@ -1,3 +1,5 @@
+// modelmem as PyTorch's CPU allocator (modelmem_torch.hpp): the c10::Allocator, per-thread pool
+// routing and the C step-mark symbols a Python process reaches through ctypes.
 #include "modelmem_torch.hpp"
 
 #include <c10/core/CPUAllocator.h>
@@ -82,7 +84,9 @@ struct CpuAllocator final : c10::Allocator {
       }
       p = g_allocator.load(std::memory_order_acquire)->allocate(n);
     } catch (const OutOfMemory& e) {
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "modelmem: ", e.what());
+      // A CPU allocation fails as PyTorch's own CPU allocator fails (a RuntimeError): its
+      // OutOfMemoryError is torch.cuda.OutOfMemoryError in Python, which a CPU tensor is not.
+      TORCH_CHECK(false, "modelmem: ", e.what());
     }
     return {p, p, &delete_block, c10::Device(c10::DeviceType::CPU)};
   }

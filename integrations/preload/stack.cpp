@@ -1,40 +1,19 @@
+// What a configuration builds for the LD_PRELOAD library (stack.hpp), checked the same way by
+// `modelmem run` before the program starts.
 #include "stack.hpp"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <exception>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "preload_keys.hpp"
 
 namespace modelmem::preload {
 
 std::string trace_path_problem(const std::string& path) {
   if (path.empty()) return "";
-  const std::string head = "cannot write trace " + path + ": ";
-  struct stat st {};
-  if (lstat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return head + "it is a directory";
-    // What the library's core::open_output_file refuses, said before the program starts.
-    if (S_ISLNK(st.st_mode)) return head + "it is a symbolic link (not followed)";
-    if (!S_ISREG(st.st_mode)) return head + "it is not a regular file";
-    if (st.st_uid != geteuid()) return head + "it belongs to another user";
-    if (st.st_nlink > 1) return head + "it has another hard link";
-    if (access(path.c_str(), W_OK) != 0) return head + std::strerror(errno);
-    return "";
-  }
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  if (stat(dir.c_str(), &st) != 0) return head + "no such directory " + dir;
-  if (!S_ISDIR(st.st_mode)) return head + dir + " is not a directory";
-  if (access(dir.c_str(), W_OK | X_OK) != 0)
-    return head + "directory " + dir + ": " + std::strerror(errno);
-  return "";
+  const std::string problem = core::output_file_problem(path, core::OutputWrite::kInPlace);
+  return problem.empty() ? "" : "cannot write trace " + path + ": " + problem;
 }
 
 Stack build_stack(const std::string& conf, const std::string& trace_path, bool check_only) {

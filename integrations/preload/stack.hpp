@@ -35,7 +35,7 @@ Stack build_stack(const std::string& conf, const std::string& trace_path, bool c
 std::string preflight(const std::string& conf, const std::string& trace_path);
 
 /// "" when a trace can be written to `path` at exit, else why not ("cannot write trace PATH:
-/// no such directory DIR").
+/// folder DIR does not exist"; core::output_file_problem).
 std::string trace_path_problem(const std::string& path);
 
 }  // namespace modelmem::preload

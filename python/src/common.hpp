@@ -25,6 +25,12 @@ void register_errors(py::module_& m);
 /// config::parse_config, a bad string raised as modelmem.ConfigError (the message names the key).
 config::Config parse_config(const std::string& text);
 
+/// A whole number argument: an int (not a bool) from `lo` to `hi`, else InvalidInputError
+/// "WHAT VALUE is out of range: RANGE" (or "WHAT: expected an int, got ..."), where pybind11's
+/// own conversion of 10**30 says only "Unable to cast Python instance to C++ type".
+std::size_t whole_arg(const py::object& value, const std::string& what, std::size_t lo,
+                      std::size_t hi, const std::string& range);
+
 /// A JSON text as Python objects (json.loads).
 py::object json_loads(const std::string& text);
 

@@ -1,3 +1,5 @@
+// The extension's exception mapping (C++ errors to modelmem._errors' classes), Ctrl-C during a
+// long search, and the checks of Python arguments that pybind11 would refuse without a word.
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -107,6 +109,19 @@ config::Config parse_config(const std::string& text) {
   } catch (const InvalidInput& e) {
     raise("ConfigError", e.what());
   }
+}
+
+std::size_t whole_arg(const py::object& value, const std::string& what, std::size_t lo,
+                      std::size_t hi, const std::string& range) {
+  if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
+    throw InvalidInput(what + ": expected an int, got " + py::repr(value).cast<std::string>());
+  // Compared as Python ints: 10**30 does not fit a size_t, and pybind11's cast would say only
+  // "Unable to cast Python instance to C++ type".
+  const py::int_ n = value.cast<py::int_>();
+  if (n < py::int_(lo) || n > py::int_(hi))
+    throw InvalidInput(what + " " + py::str(value).cast<std::string>() +
+                       " is out of range: " + range);
+  return value.cast<std::size_t>();
 }
 
 py::object json_loads(const std::string& text) {

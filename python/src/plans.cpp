@@ -345,13 +345,15 @@ void bind_plans(py::module_& m) {
          const std::string& order, const py::object& buckets, const std::string& solver,
          double time_limit, const std::string& runtime, const py::object& strategy,
          const py::object& overhead, const std::string& device_kind, bool keep_weights_dtype,
-         std::size_t alignment, std::optional<double> safety, const py::object& lengths,
+         const py::object& alignment, std::optional<double> safety, const py::object& lengths,
          bool ignore_model_limits) {
         PlanArgs a =
             plan_args(dims, dtype, runtime, strategy, overhead, device_kind, keep_weights_dtype,
                       safety, order, solver, time_limit, ignore_model_limits);
         a.buckets = buckets;
-        a.alignment = alignment;
+        // The range model::validate() checks, said before pybind11 could fail to cast 10**30.
+        a.alignment = whole_arg(alignment, "--align", 1, std::size_t{1} << 20,
+                                "a power of two from 1 to 1048576 bytes");
         a.lengths = lengths;
         return plan_model(path, a);
       },

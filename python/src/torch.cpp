@@ -20,6 +20,7 @@
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/trace/recorder.hpp"
@@ -293,11 +294,12 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
         fmt::format("'{}' is not a pool name ({})", core::printable(name), core::pool_name_rule()));
   std::optional<std::size_t> q;
   if (!quota.is_none()) {
-    if (!py::isinstance<py::int_>(quota) || py::isinstance<py::bool_>(quota) ||
-        quota.cast<py::int_>() < py::int_(1))
+    if (!py::isinstance<py::int_>(quota) || py::isinstance<py::bool_>(quota))
       throw InvalidInput(
           fmt::format("pool '{}': quota must be a positive number of bytes or None", name));
-    q = quota.cast<std::size_t>();
+    // The range of every size modelmem reads (model::parse_size).
+    q = whole_arg(quota, fmt::format("pool '{}': quota", name), 1, std::size_t{1} << 63,
+                  "from 1 byte to 8 EiB (2^63 bytes)");
   }
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -463,6 +465,8 @@ void bind_torch(py::module_& m) {
       [](const std::string& path) {
         require_installed("trace()");
         if (path.empty()) throw InvalidInput("trace(path): a file name is needed");
+        // Refused now, not at stop() after the whole recording.
+        core::check_output_file(path, core::OutputWrite::kReplacing, "trace(path)");
         return std::make_unique<TraceRecording>(path);
       },
       py::arg("path"));

@@ -37,30 +37,6 @@ void finish(std::ofstream& out, const std::string& path) {
   if (!out) throw Error(fmt::format("{}: write failed", path));
 }
 
-py::dict summary_of(const trace::Analysis& a) {
-  py::dict d;
-  d["name"] = a.name;
-  d["events"] = a.events;
-  d["allocs"] = a.allocs;
-  d["frees"] = a.frees;
-  d["marks"] = a.marks;
-  d["ooms"] = a.ooms;
-  d["distinct_sizes"] = a.distinct_sizes;
-  d["bytes_allocated"] = a.bytes_allocated;
-  d["peak_live"] = a.peak_live;
-  d["peak_reserved"] = a.peak_reserved ? py::cast(*a.peak_reserved) : py::none();
-  d["never_freed"] = a.never_freed;
-  d["never_freed_bytes"] = a.never_freed_bytes;
-  d["threads"] = a.threads;
-  d["duration_s"] = a.duration_s;
-  d["allocs_per_s"] = a.allocs_per_s;
-  d["bytes_per_s"] = a.bytes_per_s;
-  d["best_fit_pool"] = a.best_fit_pool;
-  d["steps_from_marks"] = a.steps_from_marks;
-  d["solver"] = a.solver;
-  return d;
-}
-
 py::dict replay_dict(const trace::ReplayResult& r) {
   py::dict d;
   d["strategy"] = r.strategy;
@@ -132,7 +108,10 @@ void bind_traces(py::module_& m) {
       m, "Analysis", "What a trace says about a program's memory (Trace.analyze()).")
       .def_property_readonly("advice", [](const PyAnalysis& h) { return h.analysis.advice; })
       .def_property_readonly("steps", [](const PyAnalysis& h) { return h.analysis.steps; })
-      .def_property_readonly("summary", [](const PyAnalysis& h) { return summary_of(h.analysis); })
+      .def_property_readonly(
+          "summary",
+          [](const PyAnalysis& h) { return json_to_python(trace::to_json(h.analysis)["summary"]); },
+          "the summary of `modelmem analyze --json` (to_dict()['summary']): one serialisation")
       .def_property_readonly(
           "sites", [](const PyAnalysis& h) { return h.sites; },
           "top allocation sites, most bytes first")
@@ -180,7 +159,11 @@ raises ValueError naming file and line; skip_bad: skip such lines with a warning
           "Summary, steps, advice with config keys and top allocation sites (`modelmem analyze`).")
       .def(
           "replay",
-          [](const trace::Trace& t, const std::string& config, std::size_t repeat, bool touch) {
+          [](const trace::Trace& t, const std::string& config, const py::object& repeat_arg,
+             bool touch) {
+            const std::size_t repeat =
+                whole_arg(repeat_arg, "repeat", 1, trace::ReplayOptions::kMaxRepeat,
+                          fmt::format("from 1 to {} replays", trace::ReplayOptions::kMaxRepeat));
             trace::check_repeat(repeat, trace::match_blocks(t).blocks.size());
             std::shared_ptr<alloc::Allocator> allocator;
             try {

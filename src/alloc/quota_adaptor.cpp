@@ -61,10 +61,18 @@ void* QuotaAdaptor::do_allocate(std::size_t size, Stream stream) {
       info.quota = m.options.quota;
       info.where = "pool '" + m.options.name + "'";
       if (m.options.device) info.device_free = m.options.device->memory_info().free;
+      // The device's free memory only when a device was asked (a CPU pool's quota has none:
+      // "device free 0 B" was a figure nobody measured).
+      std::string numbers = modelmem::describe(info);
+      if (!m.options.device) {
+        const std::string absent = ", device free " + format_bytes(0);
+        if (auto at = numbers.find(absent); at != std::string::npos)
+          numbers.erase(at, absent.size());
+      }
       throw QuotaExceeded(info, "pool '" + m.options.name + "' would exceed its quota: requested " +
                                     format_bytes(size) + " with " + format_bytes(in_use) +
                                     " in use of its quota of " + format_bytes(m.options.quota) +
-                                    " (" + modelmem::describe(info) + ")");
+                                    " (" + numbers + ")");
     }
     m.used += charge;
     m.in_flight += charge;

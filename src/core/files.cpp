@@ -1,3 +1,5 @@
+// Output files: the check of a path before any work, and the two ways of writing one (opened in
+// place for traces, or through a temporary file renamed into place).
 #include "modelmem/core/files.hpp"
 
 #include <errno.h>
@@ -108,6 +110,41 @@ void write_file_replacing(const std::string& path, std::string_view text, unsign
     ::unlink(temp.c_str());
     throw InvalidInput(path + ": cannot write: " + std::strerror(saved));
   }
+}
+
+std::string output_file_problem(const std::string& path, OutputWrite how) {
+  if (path.empty()) return "an empty file name";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return "it is a directory";
+    if (how == OutputWrite::kInPlace) {
+      // What open_output_file refuses, said before the work that would write the file.
+      if (S_ISLNK(st.st_mode)) return "it is a symbolic link (not followed)";
+      if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+      if (st.st_uid != ::geteuid()) return "it belongs to another user";
+      if (st.st_nlink > 1) return "it has another hard link";
+      if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+      return "";
+    }
+  }
+  const std::size_t slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  if (::stat(folder.c_str(), &st) != 0) return "folder " + folder + " does not exist";
+  if (!S_ISDIR(st.st_mode)) return folder + " is not a folder";
+  // Replacing needs the folder (a temporary file is renamed into place), in place the file too.
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    return "folder " + folder + " is not writable (" + std::strerror(errno) + ")";
+  return "";
+}
+
+void check_output_file(const std::string& path, OutputWrite how, const std::string& what) {
+  const std::string problem = output_file_problem(path, how);
+  if (problem.empty()) return;
+  const std::string head = what.empty() ? "" : what + " ";
+  if (path.empty()) throw InvalidInput(head + "an empty output file name");
+  throw InvalidInput(head + path + ": cannot write: " + problem);
 }
 
 }  // namespace modelmem::core

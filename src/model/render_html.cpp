@@ -145,6 +145,7 @@ rect.buf:hover {{ fill: #ff8c00; }}
 <script>
 window.addEventListener('error', function (e) {{
   document.body.setAttribute('data-status', 'error: ' + e.message);
+  document.getElementById('status').textContent = 'error: ' + e.message;
 }});
 (function () {{
   var d = JSON.parse(document.getElementById('data').textContent);
@@ -186,7 +187,7 @@ window.addEventListener('error', function (e) {{
   document.getElementById('summary').textContent = d.buffers.length + ' buffers, arena ' +
     mib(d.arena_bytes) + ' (' + d.solver + '), lower bound ' + mib(d.lower_bound) +
     ', weights ' + mib(d.weights_bytes) + ' (separate region)';
-  document.getElementById('status').textContent = 'rendered-ok';
+  // For the tests only (an attribute): the page shows nothing when all went well.
   document.body.setAttribute('data-status', 'rendered-ok');
 }})();
 </script>

@@ -41,7 +41,6 @@ std::size_t plan_arena(const plan::Problem& problem, const std::string& solver, 
   return best;
 }
 
-namespace detail {
 namespace {
 
 bool is_alloc_or_free(EventKind k) {
@@ -53,6 +52,38 @@ std::size_t freed_size(const Blocks& blocks, std::size_t event) {
   std::size_t b = blocks.block_of_event[event];
   return b == kNever ? 0 : blocks.blocks[b].size;
 }
+
+}  // namespace
+
+StepWindows find_step_windows(const Trace& trace, const Blocks& blocks) {
+  const auto& events = trace.events;
+  std::vector<std::uint64_t> tokens;
+  std::vector<std::size_t> event_of_rank;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    if (!is_alloc_or_free(e.kind)) continue;
+    const bool is_free = e.kind == EventKind::kFree;
+    tokens.push_back(plan::period_token({is_free, is_free ? freed_size(blocks, i) : e.size}));
+    event_of_rank.push_back(i);
+  }
+  StepWindows out;
+  out.period = plan::detect_period(std::span<const std::uint64_t>(tokens));
+  if (out.period.found) out.period_start_event = event_of_rank[out.period.start];
+  out.windows = marked_steps(trace);
+  out.from_marks = !out.windows.empty();
+  if (out.windows.empty() && out.period.found) {
+    for (std::size_t k = 0; k < out.period.repeats; ++k) {
+      std::size_t r0 = out.period.start + k * out.period.length;
+      std::size_t r1 = r0 + out.period.length;
+      out.windows.push_back(
+          {event_of_rank[r0], r1 < event_of_rank.size() ? event_of_rank[r1] : events.size()});
+    }
+  }
+  return out;
+}
+
+namespace detail {
+namespace {
 
 std::uint64_t step_signature(const Trace& trace, const Blocks& blocks, Window w) {
   std::uint64_t h = 1469598103934665603ULL;
@@ -120,28 +151,11 @@ void find_steps(State& state, Analysis& a, const AnalyzeOptions& options) {
   const Trace& trace = state.trace;
   const auto& events = trace.events;
   const Blocks& blocks = state.blocks;
-  std::vector<std::uint64_t> tokens;
-  std::vector<std::size_t> event_of_rank;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& e = events[i];
-    if (!is_alloc_or_free(e.kind)) continue;
-    const bool is_free = e.kind == EventKind::kFree;
-    tokens.push_back(plan::period_token({is_free, is_free ? freed_size(blocks, i) : e.size}));
-    event_of_rank.push_back(i);
-  }
-  a.period = plan::detect_period(std::span<const std::uint64_t>(tokens));
-  if (a.period.found) a.period_start_event = event_of_rank[a.period.start];
-
-  std::vector<Window> windows = marked_steps(trace);
-  a.steps_from_marks = !windows.empty();
-  if (windows.empty() && a.period.found) {
-    for (std::size_t k = 0; k < a.period.repeats; ++k) {
-      std::size_t r0 = a.period.start + k * a.period.length;
-      std::size_t r1 = r0 + a.period.length;
-      windows.push_back(
-          {event_of_rank[r0], r1 < event_of_rank.size() ? event_of_rank[r1] : events.size()});
-    }
-  }
+  StepWindows found = find_step_windows(trace, blocks);
+  a.period = found.period;
+  a.period_start_event = found.period_start_event;
+  a.steps_from_marks = found.from_marks;
+  const std::vector<Window>& windows = found.windows;
   std::unordered_map<std::uint64_t, std::size_t> group_of_signature;
   for (const Window& w : windows) {
     StepStats s;

@@ -1,3 +1,5 @@
+// Trace exports: Perfetto JSON, the memory series the viewer draws, and `modelmem trace`'s
+// conversions (trace/export.hpp).
 #include "modelmem/trace/export.hpp"
 
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 #include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/trace/analysis.hpp"
 
 namespace modelmem::trace {
 
@@ -170,16 +173,29 @@ Conversion convert_trace(const ConvertRequest& request) {
     Window window{0, t.events.size()};
     if (request.window) {
       window = *request.window;
-    } else if (request.step) {
-      auto steps = marked_steps(t);
-      if (*request.step >= steps.size())
-        throw InvalidInput(fmt::format("{}: --step {} but the trace has {} marked steps", t.name,
-                                       *request.step, steps.size()));
-      window = steps[*request.step];
+    }
+    const Blocks blocks = match_blocks(t);
+    if (!request.window && request.step) {
+      // The steps `modelmem analyze` lists: from the marks, else from the repeating period.
+      StepWindows steps = find_step_windows(t, blocks);
+      if (steps.windows.empty())
+        throw InvalidInput(
+            fmt::format("{}: --step {} but the trace has no steps: no step marks and no repeating "
+                        "allocation pattern (use --window BEGIN:END)",
+                        t.name, *request.step));
+      if (*request.step >= steps.windows.size())
+        throw InvalidInput(fmt::format("{}: --step {} but the trace has {} steps ({}), 0 to {}",
+                                       t.name, *request.step, steps.windows.size(),
+                                       steps.from_marks ? "from marks" : "from the period",
+                                       steps.windows.size() - 1));
+      window = steps.windows[*request.step];
     }
     ProblemOptions options;
     options.include_live_in = request.live_in;
-    write_problem_csv(to_problem(t, window, options), out);
+    const plan::Problem problem = to_problem(t, blocks, window, options);
+    c.window = window;
+    c.buffers = problem.buffers.size();
+    write_problem_csv(problem, out);
   }
   c.text = std::move(out).str();
   return c;

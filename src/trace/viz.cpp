@@ -1,3 +1,5 @@
+// modelmem viz: one self-contained HTML page of a trace (memory over time per pool, every block
+// in address x time), its data as a JSON blob the page's script draws on two canvases.
 #include "modelmem/trace/viz.hpp"
 
 #include <algorithm>
@@ -57,13 +59,17 @@ function sx(c,x){return L+(x-view[0])/(view[1]-view[0])*(c.width-L-R);}
 function ix(c,px){return view[0]+(px-L)/(c.width-L-R)*(view[1]-view[0]);}
 let maxMem=1;for(const s of DATA.series)for(const p of s.points)maxMem=Math.max(maxMem,p[2],p[3]);
 const maxAddr=Math.max(1,DATA.address_span);
-function axes(c,g,label,maxY,fy){g.fillStyle='#000';g.font='11px sans-serif';
+let clipped=0;
+function axes(c,g,label,maxY,fy){g.fillStyle='#000';g.font='11px sans-serif';g.textAlign='left';
  g.fillText(label,4,12);g.strokeStyle='#ddd';for(let i=0;i<=4;i++){const y=c.height-20-i*(c.height-40)/4;
  g.beginPath();g.moveTo(L,y);g.lineTo(c.width-R,y);g.stroke();g.fillText(fy(maxY*i/4),2,y+4);}
+ // x ticks with their unit, centred, the last one ending at the plot's right edge (not clipped)
  for(let i=0;i<=6;i++){const x=view[0]+(view[1]-view[0])*i/6;
- g.fillText(useTime?fmtT(x):'#'+Math.round(x),sx(c,x)-20,c.height-5);}}
+  const t=useTime?fmtT(x):'event '+Math.round(x),w=g.measureText(t).width;
+  const left=Math.min(Math.max(sx(c,x)-w/2,L),c.width-R-w);
+  if(left<0||left+w>c.width)clipped++;g.fillText(t,left,c.height-5);}}
 function drawMem(){const g=mem.getContext('2d');g.clearRect(0,0,mem.width,mem.height);
- axes(mem,g,'memory per pool (solid: allocated, dashed: reserved)',maxMem,fmtB);
+ axes(mem,g,DATA.legend,maxMem,fmtB);
  const y=v=>mem.height-20-v/maxMem*(mem.height-40);
  DATA.series.forEach((s,k)=>{g.strokeStyle=colors[k%colors.length];
   for(const col of [2,3]){if(col==3&&!DATA.has_reserved)continue;g.setLineDash(col==3?[4,3]:[]);
@@ -82,7 +88,10 @@ function drawBlocks(){const g=blk.getContext('2d');g.clearRect(0,0,blk.width,blk
   g.fillStyle=colors[b[6]%colors.length];g.globalAlpha=0.6;
   g.fillRect(x0,y0,Math.max(1,x1-x0),Math.max(1,y1-y0));}
  g.globalAlpha=1;}
-function draw(){drawMem();drawBlocks();}
+function draw(){clipped=0;drawMem();drawBlocks();document.body.setAttribute('data-clipped-ticks',clipped);}
+function fit(){const w=Math.max(480,document.documentElement.clientWidth-2*8-2);
+ if(mem.width!==w){mem.width=w;blk.width=w;}document.body.setAttribute('data-width',w);draw();}
+window.addEventListener('resize',fit);
 function zoom(e,c){e.preventDefault();const x=ix(c,e.offsetX),f=e.deltaY<0?0.8:1.25;
  view=[x-(x-view[0])*f,x+(view[1]-x)*f];draw();}
 let drag=null;
@@ -107,7 +116,7 @@ window.addEventListener('mousemove',e=>{if(drag){const c=drag.c,d=(e.offsetX-dra
 $('mode').addEventListener('click',()=>{useTime=!useTime;$('mode').textContent='x axis: '+(useTime?'time':'event index');
  view=extent();draw();});
 $('reset').addEventListener('click',()=>{view=extent();draw();});
-draw();
+fit();
 $('status').textContent='rendered '+DATA.blocks.length+' blocks, '+DATA.events+' events'+
  (DATA.blocks_dropped?' ('+DATA.blocks_dropped+' smallest blocks not drawn)':'');
 document.body.setAttribute('data-rendered','1');
@@ -195,6 +204,10 @@ void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& opt
   json data = {{"name", trace.name},
                {"events", trace.events.size()},
                {"has_reserved", has_reserved},
+               // A dashed line only where the trace says what was reserved (segment events).
+               {"legend", has_reserved ? "memory per pool (solid: allocated, dashed: reserved)"
+                                       : "memory per pool (allocated; the trace has no segment "
+                                         "events, so nothing reserved is shown)"},
                {"series", series_json},
                {"blocks", blocks_json},
                {"blocks_dropped", dropped},

@@ -41,6 +41,8 @@ TEST(QuotaAdaptor, RefusesOverQuotaNamingPoolQuotaAndUse) {
     EXPECT_NE(msg.find("pool 'bert'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("quota of 1.00 MiB"), std::string::npos) << msg;
     EXPECT_NE(msg.find("600.00 KiB in use"), std::string::npos) << msg;
+    // No device was given: no "device free 0 B" that nobody measured.
+    EXPECT_EQ(msg.find("device free"), std::string::npos) << msg;
     EXPECT_EQ(e.info().quota, 1 * kMiB);
     EXPECT_EQ(e.info().requested, 500 * kKiB);
     EXPECT_EQ(e.info().allocated, 600 * kKiB);
@@ -126,6 +128,7 @@ TEST(Partitions, EqualSharesAndIsolation) {
     EXPECT_NE(std::string(e.what()).find("6.00 MiB in use of its quota of 6.00 MiB"),
               std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("device free"), std::string::npos) << e.what();
   }
   void* b = parts.pool("bert").allocate(6 * kMiB);  // bert still has all of its share
   report = parts.report();

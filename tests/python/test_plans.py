@@ -164,6 +164,11 @@ def test_plan_buckets():
     (dict(buckets=7), "buckets"),
     (dict(solver="nope"), "nope"),
     (dict(time_limit=-1), "--time-limit -1: must be a positive number of seconds"),
+    # Python's big ints get the range, not pybind11's "Unable to cast Python instance".
+    (dict(dims={"batch": 10**30}), "value must be a positive integer"),
+    (dict(alignment=10**30), "--align 1000000000000000000000000000000 is out of range: "
+                             "a power of two from 1 to 1048576 bytes"),
+    (dict(alignment=3), "--align 3: out of range: a power of two from 1 to 1048576 bytes"),
 ])
 def test_plan_bad_input(kwargs, needle):
     args = dict(path=os.path.join(MODELS, "resnet50.onnx"), dims={"batch": 1})

@@ -60,12 +60,17 @@ def test_cpu_allocator_stats_report_steps_and_trace(tmp_path):
             assert "already" in str(e)
         else:
             raise AssertionError("second config accepted")
-        try:
-            h.trace("")
-        except ValueError:
+        for bad, needle in [("", "a file name is needed"),
+                            ("/nonexistent/d/x.csv", "folder /nonexistent/d does not exist"),
+                            ({str(tmp_path)!r}, "is a directory")]:
+            try:
+                h.trace(bad)             # refused at once, not at stop() after the recording
+            except modelmem.InvalidInputError as e:
+                assert needle in str(e), e
+            else:
+                raise AssertionError("trace path accepted: " + bad)
+        with h.trace({str(tmp_path / 'again.csv')!r}):  # a refused path left no recording behind
             pass
-        else:
-            raise AssertionError("empty path accepted")
         me = [p for p in modelmem.info() if p["pid"] == __import__("os").getpid()]
         assert me and me[0]["pools"][0]["pool"] == "libtorch", me
         print("ok")
@@ -127,6 +132,10 @@ def test_pools_with_quotas():
             except RuntimeError as e:
                 msg = str(e)
                 assert "small" in msg and "quota" in msg, msg
+                # A CPU allocation: PyTorch's CPU out-of-memory error (RuntimeError), not
+                # torch.cuda.OutOfMemoryError, and no device figure nobody measured.
+                assert type(e) is RuntimeError, type(e)
+                assert "device free" not in msg, msg
                 print("quota breach")
         assert modelmem.pool("small", quota=8 << 20) is not None
         free = torch.empty(4 << 20)          # outside the pool: no quota
@@ -136,13 +145,19 @@ def test_pools_with_quotas():
         assert big.quota is None and big.stats()["allocated_bytes.all.current"] >= 16 << 20
         del x                                # freed after its pool was left
         assert p.used == 0, p.used
-        for bad in [("small", 1 << 20), ("", None), ("a b", None), ("q", 0), ("q", -5), ("q", "1")]:
+        for bad in [("small", 1 << 20), ("", None), ("a b", None), ("q", 0), ("q", -5), ("q", "1"),
+                    ("q", 10**30)]:
             try:
                 modelmem.pool(*bad)
-            except ValueError:
-                pass
+            except ValueError as e:
+                assert "Unable to cast" not in str(e), e
             else:
                 raise AssertionError(bad)
+        try:
+            modelmem.pool("q", 10**30)
+        except modelmem.InvalidInputError as e:
+            assert str(e) == ("pool 'q': quota 1000000000000000000000000000000 is out of range: "
+                              "from 1 byte to 8 EiB (2^63 bytes)"), e
         names = {{q["pool"]: q for proc in modelmem.info() if proc["pid"] == __import__("os").getpid()
                   for q in proc["pools"]}}
         assert names["small"]["budget"] == 8 << 20 and "big" in names, names

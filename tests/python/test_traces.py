@@ -17,7 +17,10 @@ def test_load_analyze_replay_export_a_shared_trace(tmp_path):
     assert a.advice and all(x.topic and x.message for x in a.advice)
     assert any(x.config for x in a.advice)
     assert "peak" in str(a)
-    assert a.to_dict()["summary"]["allocs"] == a.summary["allocs"]
+    # One serialisation: the summary is the CLI's, device_events and static_pool_bytes included.
+    assert a.summary == a.to_dict()["summary"]
+    for key in ("device_events", "peak_live_event", "static_pool_bytes", "histogram"):
+        assert key in a.summary, key
     r = t.replay("strategy:caching")
     assert r["allocs"] == a.summary["allocs"] and r["peak_reserved"] >= r["peak_live"] > 0
     planned = t.replay("strategy:planned", repeat=2)
@@ -71,6 +74,11 @@ def test_trace_bad_input(tmp_path):
         t.replay("strategy:nope")
     with pytest.raises(ValueError, match="repeat"):
         t.replay("", repeat=0)
+    # A big int gets the range (pybind11 refused it as "incompatible function arguments").
+    with pytest.raises(modelmem.InvalidInputError,
+                       match=r"^repeat 1000000000000000000000000000000 is out of range: "
+                             r"from 1 to 10000 replays$"):
+        t.replay("", repeat=10**30)
     with pytest.raises(ValueError, match="time_limit"):
         t.analyze(time_limit=0)
     with pytest.raises(ValueError, match="cannot open"):

@@ -242,7 +242,7 @@ TEST_F(TraceCli, BadInputIsOneLineWithExitCodeTwoAndNothingElse) {
                         "apply only to --format problem");
   expect_one_line_error(
       "trace " + example_trace() + " -o " + d + "/x.csv --format problem --step 9",
-      "--step 9 but the trace has 4 marked steps");
+      "--step 9 but the trace has 4 steps (from marks), 0 to 3");
   EXPECT_FALSE(fs::exists(dir_ / "x.csv"));
 
   expect_one_line_error("replay --strategy config " + example_trace(),
@@ -276,6 +276,29 @@ TEST_F(TraceCli, ConvertsAndDrawsTheExample) {
   r = run("solve " + d + "/step.txt --solver best-fit");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("268 buffers, lower bound 11763840"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(problem, 268 buffers from events [539, 1075) of 2152)"), std::string::npos)
+      << r.out;
+
+  // Without marks, --step takes the steps `analyze` finds from the period (it said "0 marked
+  // steps" where analyze listed 4).
+  {
+    std::ifstream in(example_trace());
+    std::ofstream out(dir_ / "unmarked.csv");
+    for (std::string line; std::getline(in, line);)
+      if (!line.starts_with("mark,")) out << line << '\n';
+  }
+  r = run("analyze " + d + "/unmarked.csv");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("steps (from the period): 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step   1: events [536, 1072)"), std::string::npos) << r.out;
+  r = run("trace " + d + "/unmarked.csv -o " + d + "/period_step.txt --format problem --step 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(problem, 268 buffers from events [536, 1072) of 2144)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(slurp(dir_ / "period_step.txt"), slurp(dir_ / "step.txt"));
+  expect_one_line_error("trace " + d + "/unmarked.csv -o " + d + "/y.csv --format problem --step 4",
+                        "--step 4 but the trace has 4 steps (from the period), 0 to 3");
+
   r = run("viz " + example_trace() + " -o " + d + "/x.html");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(slurp(dir_ / "x.html").find("<!DOCTYPE html>"), std::string::npos);

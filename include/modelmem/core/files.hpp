@@ -22,4 +22,22 @@ int open_output_file(const char* path, unsigned mode, const char** why) noexcept
 /// directory) or Error when a write fails (the temporary file is removed).
 void write_file_replacing(const std::string& path, std::string_view text, unsigned mode = 0644);
 
+/// How a file will be written, which decides what at its name is refused.
+enum class OutputWrite {
+  kReplacing,  ///< write_file_replacing: whatever is at the name is replaced (not a directory)
+  kInPlace,    ///< open_output_file (traces): also refuses a symbolic link, another user's file,
+               ///< a second hard link or something that is not a regular file
+};
+
+/// What keeps `path` from being written as `how` says, or "" when nothing does: "it is a
+/// directory", "folder F does not exist", "folder F is not writable (Permission denied)", "it is
+/// a symbolic link (not followed)", ... The one check of an output path, made before any work
+/// or output (commands, `modelmem run`'s preflight, Python's trace recordings). Allocates.
+std::string output_file_problem(const std::string& path, OutputWrite how);
+
+/// InvalidInput "PATH: cannot write: PROBLEM" (the `what` text, when given, goes before PATH:
+/// "--json PATH: cannot write: ...") when output_file_problem finds one; an empty path is one too.
+void check_output_file(const std::string& path, OutputWrite how = OutputWrite::kReplacing,
+                       const std::string& what = "");
+
 }  // namespace modelmem::core

@@ -123,6 +123,17 @@ struct Analysis {
   std::vector<std::string> skipped;  ///< what reading and matching skipped, one line each
 };
 
+/// The steps of a trace as analyze() finds them: the marked steps (step_begin / step_end), else
+/// the repeats of the alloc/free sequence's period. `modelmem trace --format problem --step N`
+/// converts the same steps `analyze` lists.
+struct StepWindows {
+  std::vector<Window> windows;  ///< empty when the trace has neither marks nor a period
+  bool from_marks = false;
+  plan::Period period;  ///< over the alloc/free events (marks excluded); indices are event ranks
+  std::size_t period_start_event = 0;  ///< period.start as an index into Trace::events
+};
+StepWindows find_step_windows(const Trace& trace, const Blocks& blocks);
+
 struct AnalyzeOptions {
   /// Solver for one step's plan ("" = the best of the heuristics in the registry).
   std::string solver;

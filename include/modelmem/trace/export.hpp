@@ -40,15 +40,17 @@ struct ConvertRequest {
   ReadOptions read;                 ///< skip_bad: `--skip-bad`
   std::string format;               ///< csv, perfetto or problem
   std::string output;  ///< the file the caller will write: names the format when none is given
-  std::optional<std::size_t> step;  ///< problem: the marked step (0-based)
+  std::optional<std::size_t> step;  ///< problem: the step (0-based) as analyze lists them
   std::optional<Window> window;     ///< problem: event indices instead of a step
   bool live_in = false;             ///< problem: blocks live into the window become buffers
 };
 
 struct Conversion {
-  std::string format;  ///< the format written
-  std::size_t events = 0;
-  std::string text;  ///< the file's content, complete
+  std::string format;            ///< the format written
+  std::size_t events = 0;        ///< events read
+  std::string text;              ///< the file's content, complete
+  std::optional<Window> window;  ///< problem: the events converted
+  std::size_t buffers = 0;       ///< problem: the blocks written as buffers
   std::vector<std::string> warnings;
 };
 
