@@ -1,3 +1,5 @@
+// The `modelmem` command: every subcommand registered by its file, errors as one line with an
+// exit code (2 bad input, 1 another modelmem error such as out of memory, 3 internal).
 #include <algorithm>
 #include <cstdio>
 #include <regex>

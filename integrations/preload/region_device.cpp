@@ -1,3 +1,4 @@
+// The LD_PRELOAD library's host device inside one reserved address range (region_device.hpp).
 #include "region_device.hpp"
 
 #include <sys/mman.h>

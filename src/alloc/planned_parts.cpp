@@ -1,3 +1,4 @@
+// The planned arena's records and its plans computed on a worker thread (planned_parts.hpp).
 #include "planned_parts.hpp"
 
 #include <unistd.h>

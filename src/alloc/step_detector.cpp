@@ -1,3 +1,4 @@
+// The planned arena's automatic steps: the period of the request sizes (step_detector.hpp).
 #include "step_detector.hpp"
 
 #include <algorithm>

@@ -574,11 +574,8 @@ void bad(const std::string& key, const std::string& what) {
   throw InvalidInput("config: " + key + ": " + what);
 }
 
-const Preset& preset(const std::string& name) {
-  static constexpr Preset kPresets[] = {
-      {"cnn", 512, 1.2}, {"transformer", 1024, 1.5}, {"gan", 2048, 1.3}};
-  for (const auto& p : kPresets)
-    if (name == p.name) return p;
+const plan::FamilyPool& preset(const std::string& name) {
+  if (const plan::FamilyPool* p = plan::find_family_pool(name)) return *p;
   bad("model_type", "unknown preset '" + name + "'");
 }
 

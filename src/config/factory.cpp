@@ -97,11 +97,11 @@ StaticSizing static_pool_size(const Config& c, const device::Device& dev) {
     s.bytes = c.get_size_mb("static_pool_mb");
     s.source = "static_pool_mb:" + c.get("static_pool_mb");
   } else if (c.has("model_type")) {
-    const detail::Preset& p = preset(c.get("model_type"));
+    const plan::FamilyPool& p = preset(c.get("model_type"));
     double factor = c.get_double("safety_factor");
-    double mb = std::floor(static_cast<double>(p.base_mb) * factor);
+    double mb = std::floor(static_cast<double>(p.pool_mib) * factor);
     s.bytes = static_cast<std::size_t>(mb) * kMiB;
-    s.source = "model_type:" + c.get("model_type") + ": " + std::to_string(p.base_mb) + " MiB x " +
+    s.source = "model_type:" + c.get("model_type") + ": " + std::to_string(p.pool_mib) + " MiB x " +
                core::format_double(factor);
   } else if (c.has("plan")) {
     const std::string path = c.get("plan");

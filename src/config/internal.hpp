@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "modelmem/config/factory.hpp"
+#include "modelmem/plan/presets.hpp"
 
 namespace modelmem::config::detail {
 
@@ -43,13 +44,8 @@ std::vector<ListEntry> list_entries(std::string_view body, std::string_view entr
 [[noreturn]] void bad(const std::string& key, const std::string& what);
 
 /// The seed's table of what deployments budget per model family (model_type:cnn, ...).
-struct Preset {
-  const char* name;
-  std::size_t base_mb;
-  double factor;
-};
-/// The preset named `name`; bad("model_type", ...) when there is none.
-const Preset& preset(const std::string& name);
+/// The preset named `name` (plan/presets.hpp); bad("model_type", ...) when there is none.
+const plan::FamilyPool& preset(const std::string& name);
 
 /// Prints `text` on stderr once per process (each distinct text once).
 void warn_once(const std::string& text);

@@ -1,3 +1,4 @@
+// The one line an out-of-memory error carries (core/error.hpp).
 #include "modelmem/core/error.hpp"
 
 namespace modelmem {

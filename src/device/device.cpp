@@ -1,3 +1,4 @@
+// What every Device shares (device/device.hpp): the defaults of the optional functions.
 #include "modelmem/device/device.hpp"
 
 #include "modelmem/core/error.hpp"

@@ -1,3 +1,5 @@
+// Variable sequence lengths (model/buckets.hpp): one plan per bucket, request-length files,
+// padding waste.
 #include "modelmem/model/buckets.hpp"
 
 #include <fmt/format.h>

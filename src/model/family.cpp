@@ -1,3 +1,5 @@
+// Model families (model/family.hpp): the static pool presets and the family guessed from the
+// operators.
 #include "modelmem/model/family.hpp"
 
 #include <fmt/format.h>
@@ -5,14 +7,9 @@
 #include <map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/plan/presets.hpp"
 
 namespace modelmem::model {
-namespace {
-
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-}  // namespace
-
 std::string guess_family(const Graph& graph) {
   std::map<std::string, std::size_t> ops;
   for (const auto& n : graph.nodes) ++ops[n.op_type];
@@ -23,10 +20,10 @@ std::string guess_family(const Graph& graph) {
 }
 
 FamilyPreset seed_preset(const std::string& family) {
-  if (family == "cnn") return {family, 512 * kMiB, 1.2};
-  if (family == "transformer") return {family, 1024 * kMiB, 1.5};
-  if (family == "gan") return {family, 2048 * kMiB, 1.3};
-  throw InvalidInput(fmt::format("unknown model family '{}' (cnn, transformer, gan)", family));
+  const plan::FamilyPool* p = plan::find_family_pool(family);
+  if (p == nullptr)
+    throw InvalidInput(fmt::format("unknown model family '{}' (cnn, transformer, gan)", family));
+  return {family, p->pool_mib * kMiB, p->factor};
 }
 
 }  // namespace modelmem::model

@@ -1,3 +1,4 @@
+// A graph and an execution order as a planning Problem (model/lifetimes.hpp).
 #include "modelmem/model/lifetimes.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// ONNX import (model/graph.hpp): the model read with protobuf, shapes inferred with the
+// symbolic dims bound, one Graph of tensors and nodes for the planner.
 #include <fmt/format.h>
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>

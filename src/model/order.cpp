@@ -1,3 +1,4 @@
+// A memory-aware execution order of a graph (model/order.hpp).
 #include "modelmem/model/order.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Solving a loaded graph's lifetimes under one order and reuse rule (model/solve.hpp).
 #include "modelmem/model/solve.hpp"
 
 #include <fmt/format.h>

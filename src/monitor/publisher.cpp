@@ -1,3 +1,5 @@
+// Publishing a process's pools in shared memory for `modelmem info` / `top`
+// (monitor/publisher.hpp).
 #include "modelmem/monitor/publisher.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// Reading every process's published pools, with the checks a reader owes itself
+// (monitor/reader.hpp).
 #include "modelmem/monitor/reader.hpp"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// The shared-memory record of a process's pools: writing and reading it (monitor/segment.hpp).
 #include "modelmem/monitor/segment.hpp"
 
 #include <pwd.h>
@@ -70,6 +71,44 @@ enum Record : std::size_t {
   kRecordWords = kWarningWord + kWarningBytes / 8,
 };
 
+// The fields of a pool record, described once: the word each starts at and the member of
+// PoolSnapshot it holds. publish() writes and read_segment() reads the record by these lists;
+// the fragmentation (a double's bits) and the update time (the publisher's clock when the pool
+// has none) are the two written apart.
+struct TextField {
+  Record word;
+  std::size_t bytes;
+  std::string PoolSnapshot::*member;
+};
+constexpr TextField kTextFields[] = {
+    {kNameWord, kPoolNameBytes, &PoolSnapshot::name},
+    {kDeviceWord, kDeviceBytes, &PoolSnapshot::device},
+    {kStrategyWord, kStrategyBytes, &PoolSnapshot::strategy},
+    {kWarningWord, kWarningBytes, &PoolSnapshot::warning},
+};
+struct NumberField {
+  Record word;
+  std::uint64_t PoolSnapshot::*member;
+};
+constexpr NumberField kNumberFields[] = {
+    {kBudgetWord, &PoolSnapshot::budget},
+    {kReservedWord, &PoolSnapshot::reserved},
+    {kAllocatedWord, &PoolSnapshot::allocated},
+    {kPeakAllocatedWord, &PoolSnapshot::peak_allocated},
+    {kPeakReservedWord, &PoolSnapshot::peak_reserved},
+    {kRequestedWord, &PoolSnapshot::requested},
+    {kLargestFreeWord, &PoolSnapshot::largest_free_block},
+    {kOomWord, &PoolSnapshot::oom_count},
+    {kRetriesWord, &PoolSnapshot::alloc_retries},
+    {kWarningCountWord, &PoolSnapshot::warning_count},
+    {kAllocCountWord, &PoolSnapshot::alloc_count},
+    {kAllocBytesWord, &PoolSnapshot::alloc_bytes_total},
+    {kFreeBytesWord, &PoolSnapshot::free_bytes_total},
+    {kSegmentsWord, &PoolSnapshot::segments},
+    {kPlanHitsWord, &PoolSnapshot::plan_hits},
+    {kPlanMissesWord, &PoolSnapshot::plan_misses},
+};
+
 constexpr std::size_t kHeaderBytes = kHeaderWords * 8;
 constexpr std::size_t kRecordBytes = kRecordWords * 8;
 
@@ -129,28 +168,10 @@ ProcessSnapshot copy_out(const Word* h, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     const Word* r = h + kHeaderWords + i * kRecordWords;
     PoolSnapshot& s = p.pools[i];
-    s.name = load_string(r + kNameWord, kPoolNameBytes);
-    s.device = load_string(r + kDeviceWord, kDeviceBytes);
-    s.strategy = load_string(r + kStrategyWord, kStrategyBytes);
-    s.budget = load(r + kBudgetWord);
-    s.reserved = load(r + kReservedWord);
-    s.allocated = load(r + kAllocatedWord);
-    s.peak_allocated = load(r + kPeakAllocatedWord);
-    s.peak_reserved = load(r + kPeakReservedWord);
-    s.requested = load(r + kRequestedWord);
-    s.largest_free_block = load(r + kLargestFreeWord);
+    for (const TextField& f : kTextFields) s.*f.member = load_string(r + f.word, f.bytes);
+    for (const NumberField& f : kNumberFields) s.*f.member = load(r + f.word);
     s.fragmentation = std::bit_cast<double>(load(r + kFragmentationWord));
-    s.oom_count = load(r + kOomWord);
-    s.alloc_retries = load(r + kRetriesWord);
-    s.warning_count = load(r + kWarningCountWord);
-    s.alloc_count = load(r + kAllocCountWord);
-    s.alloc_bytes_total = load(r + kAllocBytesWord);
-    s.free_bytes_total = load(r + kFreeBytesWord);
-    s.segments = load(r + kSegmentsWord);
-    s.plan_hits = load(r + kPlanHitsWord);
-    s.plan_misses = load(r + kPlanMissesWord);
     s.update_time_ns = load(r + kPoolUpdateWord);
-    s.warning = load_string(r + kWarningWord, kWarningBytes);
   }
   return p;
 }
@@ -230,28 +251,10 @@ void SegmentWriter::write(const std::vector<PoolSnapshot>& pools, std::uint64_t 
   for (std::size_t i = 0; i < count; ++i) {
     Word* r = h + kHeaderWords + i * kRecordWords;
     const PoolSnapshot& p = pools[i];
-    store_string(r + kNameWord, kPoolNameBytes, p.name);
-    store_string(r + kDeviceWord, kDeviceBytes, p.device);
-    store_string(r + kStrategyWord, kStrategyBytes, p.strategy);
-    store(r + kBudgetWord, p.budget);
-    store(r + kReservedWord, p.reserved);
-    store(r + kAllocatedWord, p.allocated);
-    store(r + kPeakAllocatedWord, p.peak_allocated);
-    store(r + kPeakReservedWord, p.peak_reserved);
-    store(r + kRequestedWord, p.requested);
-    store(r + kLargestFreeWord, p.largest_free_block);
+    for (const TextField& f : kTextFields) store_string(r + f.word, f.bytes, p.*f.member);
+    for (const NumberField& f : kNumberFields) store(r + f.word, p.*f.member);
     store(r + kFragmentationWord, std::bit_cast<std::uint64_t>(p.fragmentation));
-    store(r + kOomWord, p.oom_count);
-    store(r + kRetriesWord, p.alloc_retries);
-    store(r + kWarningCountWord, p.warning_count);
-    store(r + kAllocCountWord, p.alloc_count);
-    store(r + kAllocBytesWord, p.alloc_bytes_total);
-    store(r + kFreeBytesWord, p.free_bytes_total);
-    store(r + kSegmentsWord, p.segments);
-    store(r + kPlanHitsWord, p.plan_hits);
-    store(r + kPlanMissesWord, p.plan_misses);
     store(r + kPoolUpdateWord, p.update_time_ns != 0 ? p.update_time_ns : now_ns);
-    store_string(r + kWarningWord, kWarningBytes, p.warning);
   }
   seq->store(s + 2, std::memory_order_release);
 }

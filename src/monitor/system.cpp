@@ -1,3 +1,5 @@
+// Memory of the machine for the top of `modelmem info`: host and registered device queries
+// (monitor/system.hpp).
 #include "modelmem/monitor/system.hpp"
 
 #include <charconv>

@@ -1,3 +1,4 @@
+// The repeating step of an allocation sequence (plan/period.hpp).
 #include "modelmem/plan/period.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Planning problems and plans: validation, lower bound, statistics (plan/problem.hpp).
 #include "modelmem/plan/problem.hpp"
 
 #include <algorithm>

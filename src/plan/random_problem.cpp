@@ -1,3 +1,4 @@
+// Random planning problems for property tests and benchmarks (random_problem.hpp).
 #include "plan/random_problem.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The safe reader of pickle's data subset (trace/pickle.hpp).
 #include "modelmem/trace/pickle.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// `modelmem replay`: a trace's allocations run through an allocator (trace/replay.hpp).
 #include "modelmem/trace/replay.hpp"
 
 #include <fmt/format.h>

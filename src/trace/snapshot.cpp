@@ -1,3 +1,4 @@
+// PyTorch and torch_npu memory snapshots read as traces (trace/snapshot.hpp).
 #include "modelmem/trace/snapshot.hpp"
 
 #include <fmt/format.h>

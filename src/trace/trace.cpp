@@ -1,3 +1,4 @@
+// Traces in memory: reading and writing the CSV, blocks, steps, problems (trace/trace.hpp).
 #include "modelmem/trace/trace.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// The CUDA device (device/cuda.hpp): segments from cudaMalloc, expandable segments through the
+// driver's virtual memory management (cuMemCreate / cuMemMap), memory queries per GPU.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
