@@ -24,7 +24,7 @@
 #include "command.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/core/error.hpp"
-#include "stack.hpp"
+#include "modelmem_preload/preflight.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,6 +1,7 @@
 // What libmodelmem_preload.so builds at start-up, as a function both the library and
 // `modelmem run` call: the library to build its stack, `run` to refuse, before the program
-// starts, a configuration the library would refuse (it would disable itself inside the program).
+// starts, a configuration the library would refuse (it would disable itself inside the program;
+// preflight() and kDefaultConf, in the public modelmem_preload/preflight.hpp).
 #pragma once
 
 #include <cstddef>
@@ -9,12 +10,10 @@
 
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
+#include "modelmem_preload/preflight.hpp"
 #include "region_device.hpp"
 
 namespace modelmem::preload {
-
-/// The configuration the library runs with when MODELMEM_ALLOC_CONF is unset or empty.
-inline constexpr const char* kDefaultConf = "strategy:planned";
 
 struct Stack {
   bool off = false;  ///< strategy:system: every request goes to the next allocator
@@ -30,9 +29,6 @@ struct Stack {
 /// reason the library would disable itself. `check_only`: nothing is touched (no prefault), the
 /// result is only looked at.
 Stack build_stack(const std::string& conf, const std::string& trace_path, bool check_only);
-
-/// "" when the library would serve requests with this configuration, else why it would not.
-std::string preflight(const std::string& conf, const std::string& trace_path);
 
 /// "" when a trace can be written to `path` at exit, else why not ("cannot write trace PATH:
 /// folder DIR does not exist"; core::output_file_problem).

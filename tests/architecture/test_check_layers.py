@@ -43,6 +43,13 @@ def test_each_breach_is_named(tmp_path):
     write(tmp_path, "include/modelmem/flat.hpp", "#pragma once\n")
     write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
     write(tmp_path, "include/modelmem/plan/problem.hpp", '#include "modelmem/alloc/stats.hpp"\n')
+    # Above the layers: a private header of src/, and (tools/) one of integrations/.
+    write(tmp_path, "src/alloc/caching/impl.hpp", "#pragma once\n")
+    write(tmp_path, "python/src/torch.cpp", '#include "alloc/caching/impl.hpp"\n')
+    write(tmp_path, "integrations/preload/stack.hpp", "#pragma once\n")
+    write(tmp_path, "tools/run.cpp", '#include "command.hpp"\n#include "stack.hpp"\n'
+          '#include "modelmem_preload/preflight.hpp"\n')
+    write(tmp_path, "tools/command.hpp", "#pragma once\n")
     r = check(tmp_path)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
@@ -53,4 +60,8 @@ def test_each_breach_is_named(tmp_path):
     assert "include/modelmem/flat.hpp: a public header outside a layer's folder" in lines
     assert ("include/modelmem/plan/problem.hpp:1: includes alloc/stats.hpp: src/plan may include "
             "only core, plan") in lines
-    assert len(lines) == 6, lines
+    assert ("python/src/torch.cpp:1: includes alloc/caching/impl.hpp, a private header of src/ "
+            "(use the public modelmem/ headers)") in lines
+    assert ("tools/run.cpp:2: includes stack.hpp: tools/ includes only modelmem/ and "
+            "modelmem_preload/ headers and its own") in lines
+    assert len(lines) == 8, lines
