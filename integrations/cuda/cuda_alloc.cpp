@@ -14,19 +14,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "modelmem/config/config.hpp"
-#include "modelmem/config/factory.hpp"
-#include "modelmem/config/listeners.hpp"
+#include "modelmem/config/device_slots.hpp"
 #include "modelmem/config/publish.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/cuda.hpp"
-#include "modelmem/monitor/publisher.hpp"
 
 #define MODELMEM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -34,58 +29,23 @@ namespace {
 
 using namespace modelmem;
 
-constexpr int kMaxDevices = 64;
-
-struct Slot {
-  std::once_flag once;
-  std::shared_ptr<alloc::Allocator> allocator;
-  std::string error;
-  std::string describe;
-  std::vector<monitor::PoolRegistration> registrations;
-  std::unique_ptr<config::EventRelay> relay;  // to the listeners (modelmem_cuda_add_listener)
-};
-
-Slot* slots() {
-  static Slot* s = new Slot[kMaxDevices];  // never destroyed, see above
-  return s;
+// The per-device stacks (config/device_slots.hpp, shared with the NPU library).
+config::DeviceSlots& slots() {
+  static auto* table =
+      new config::DeviceSlots({// never destroyed, see above
+                               "cuda", "pytorch",
+                               [](int) {
+                                 const char* env = std::getenv("MODELMEM_ALLOC_CONF");
+                                 return config::DeviceSlots::Configured{
+                                     config::parse_config(env != nullptr ? env : ""),
+                                     env != nullptr ? "MODELMEM_ALLOC_CONF" : "defaults"};
+                               },
+                               [](int device) { return device::make_cuda_device(device); }});
+  return *table;
 }
 
 // Why the calling thread's last failed pool selection, free or listener call failed.
 thread_local std::string last_error;
-
-config::ListenerRegistry& listeners() {
-  static auto* r = new config::ListenerRegistry;  // never destroyed, see above
-  return *r;
-}
-
-void build_slot(Slot& s, int index) {
-  try {
-    const char* env = std::getenv("MODELMEM_ALLOC_CONF");
-    config::Config config = config::parse_config(env != nullptr ? env : "");
-    config::Built b = config::build(config, device::make_cuda_device(index));
-    s.allocator = b.allocator;
-    s.describe = b.allocator->describe();
-    const std::string name = "cuda:" + std::to_string(index);
-    s.registrations = config::publish_stack(config, b, "pytorch", name);
-    s.relay = config::relay_stack(listeners(), config, b, "pytorch", index, name);
-    if (const char* v = std::getenv("MODELMEM_VERBOSE"); v != nullptr && *v == '1') {
-      std::fprintf(stderr, "modelmem: cuda:%d: %s\n", index, s.describe.c_str());
-    }
-  } catch (const std::exception& e) {
-    s.error = e.what();
-    std::fprintf(stderr, "modelmem: cannot build the allocator for cuda:%d: %s\n", index, e.what());
-  }
-}
-
-alloc::Allocator& allocator_for(int device) {
-  if (device < 0 || device >= kMaxDevices) {
-    throw std::runtime_error("modelmem: device index " + std::to_string(device) + " out of range");
-  }
-  Slot& s = slots()[device];
-  std::call_once(s.once, [&] { build_slot(s, device); });
-  if (!s.allocator) throw std::runtime_error("modelmem: " + s.error);
-  return *s.allocator;
-}
 
 }  // namespace
 
@@ -93,9 +53,9 @@ alloc::Allocator& allocator_for(int device) {
 /// a Python RuntimeError carrying the message, with the numbers of the out-of-memory report).
 MODELMEM_EXPORT void* modelmem_alloc(ssize_t size, int device, cudaStream_t stream) {
   if (size <= 0) return nullptr;
-  alloc::Allocator& a = allocator_for(device);
   try {
-    return a.allocate(static_cast<std::size_t>(size), reinterpret_cast<alloc::Stream>(stream));
+    return slots().get(device).allocate(static_cast<std::size_t>(size),
+                                        reinterpret_cast<alloc::Stream>(stream));
   } catch (const OutOfMemory& e) {
     throw std::runtime_error(std::string("CUDA out of memory (modelmem): ") + e.what());
   } catch (const Error& e) {
@@ -110,7 +70,7 @@ MODELMEM_EXPORT void modelmem_free(void* ptr, size_t /*size*/, int device,
                                    cudaStream_t /*stream*/) {
   if (ptr == nullptr) return;
   try {
-    allocator_for(device).deallocate(ptr);
+    slots().get(device).deallocate(ptr);
   } catch (const std::exception& e) {
     char where[32];
     std::snprintf(where, sizeof where, "cuda:%d", device);
@@ -120,12 +80,13 @@ MODELMEM_EXPORT void modelmem_free(void* ptr, size_t /*size*/, int device,
 
 /// Statistics for scripts (PyTorch's memory_stats() is empty under a pluggable allocator):
 /// fills up to n of [reserved, allocated, peak reserved, peak allocated, device allocations,
-/// OOMs] and returns how many it filled, or -1 when the device has no allocator yet.
+/// OOMs] and returns how many it filled, or -1 when the device has no allocator yet (a query
+/// never builds one).
 MODELMEM_EXPORT int modelmem_cuda_stats(int device, unsigned long long* out, int n) {
-  if (device < 0 || device >= kMaxDevices || out == nullptr) return -1;
+  alloc::Allocator* a = slots().built(device);
+  if (a == nullptr || out == nullptr) return -1;
   try {
-    alloc::Allocator& a = allocator_for(device);
-    alloc::Stats st = a.stats();
+    alloc::Stats st = a->stats();
     const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
                                 st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
                                 st.num_device_alloc,           st.num_ooms};
@@ -139,17 +100,17 @@ MODELMEM_EXPORT int modelmem_cuda_stats(int device, unsigned long long* out, int
   }
 }
 
+/// Every peak of the device's stack becomes its current value (torch.cuda.reset_peak_memory_stats);
+/// nothing for a device without a stack yet.
 MODELMEM_EXPORT void modelmem_cuda_reset_peak(int device) {
-  try {
-    allocator_for(device).reset_peak();
-  } catch (const std::exception&) {
-  }
+  if (alloc::Allocator* a = slots().built(device)) a->reset_peak();
 }
 
-/// Returns cached memory to the device (what torch.cuda.empty_cache() does natively).
+/// Returns cached memory to the device (what torch.cuda.empty_cache() does natively); nothing
+/// for a device without a stack yet.
 MODELMEM_EXPORT void modelmem_cuda_trim(int device) {
   try {
-    allocator_for(device).trim();
+    if (alloc::Allocator* a = slots().built(device)) a->trim();
   } catch (const std::exception&) {
   }
 }
@@ -159,7 +120,7 @@ MODELMEM_EXPORT void modelmem_cuda_trim(int device) {
 MODELMEM_EXPORT const char* modelmem_cuda_describe(int device) {
   thread_local std::string text;
   try {
-    text = allocator_for(device).describe();
+    text = slots().get(device).describe();
   } catch (const std::exception& e) {
     text = std::string("error: ") + e.what();
   }
@@ -176,7 +137,7 @@ alloc::Allocator* selection_stack() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) device = 0;
   try {
-    return &allocator_for(device);
+    return &slots().get(device);
   } catch (const std::exception& e) {
     last_error = e.what();
     return nullptr;
@@ -204,13 +165,13 @@ MODELMEM_EXPORT int modelmem_cuda_pool_pop() {
 /// Registers `fn` to be called with every event of every GPU's stack, with the device, the pool
 /// and the stream (config/listener_abi.h): its id (>= 0), or -1 (modelmem_cuda_last_error()).
 MODELMEM_EXPORT int modelmem_cuda_add_listener(modelmem_event_fn fn, void* user) {
-  return listeners().add(fn, user, last_error);
+  return slots().listeners().add(fn, user, last_error);
 }
 
 /// Ends registration `id`; when it returns 0, the function is not running and is never called
 /// again. -1 for an id not registered, or a call from inside a listener.
 MODELMEM_EXPORT int modelmem_cuda_remove_listener(int id) {
-  return listeners().remove(id, last_error);
+  return slots().listeners().remove(id, last_error);
 }
 
 /// Why the calling thread's last failed pool selection, free or listener call failed ("" when

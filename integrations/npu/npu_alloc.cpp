@@ -18,20 +18,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "modelmem/config/config.hpp"
-#include "modelmem/config/factory.hpp"
-#include "modelmem/config/listeners.hpp"
+#include "modelmem/config/device_slots.hpp"
 #include "modelmem/config/publish.hpp"
 #include "modelmem/config/torch_npu.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/device/acl.hpp"
-#include "modelmem/monitor/publisher.hpp"
 
 #define MODELMEM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -39,82 +34,51 @@ namespace {
 
 using namespace modelmem;
 
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = config::DeviceSlots::kMaxDevices;
 
-struct Slot {
-  std::once_flag once;
-  std::shared_ptr<alloc::Allocator> allocator;  // set once by build_slot, then read-only
-  std::atomic<bool> built{false};
-  std::string error;
-  std::vector<monitor::PoolRegistration> registrations;
-  std::unique_ptr<config::EventRelay> relay;  // to the listeners (modelmem_npu_add_listener)
-  std::atomic<double> fraction{0.0};  // set_memory_fraction before the first allocation; 0 = none
-};
-
-Slot* slots() {
-  static Slot* s = new Slot[kMaxDevices];  // never destroyed, see above
-  return s;
+// set_memory_fraction before a device's first allocation; 0 = none.
+std::atomic<double>* fractions() {
+  static auto* f = new std::atomic<double>[kMaxDevices]();  // never destroyed, see above
+  return f;
 }
 
 thread_local std::string last_error;
-
-config::ListenerRegistry& listeners() {
-  static auto* r = new config::ListenerRegistry;  // never destroyed, see above
-  return *r;
-}
 
 bool verbose() {
   const char* v = std::getenv("MODELMEM_VERBOSE");
   return v != nullptr && *v == '1';
 }
 
-void build_slot(Slot& s, int index) {
-  try {
-    const config::EnvironmentConf conf = config::environment_conf();
-    config::Config config = config::parse_config(conf.text);
-    if (double f = s.fraction.load(); f > 0.0)
-      config.values["per_process_memory_fraction"] = core::format_double(f);
-    config::Built b = config::build(config, device::make_acl_device(index));
-    s.allocator = b.allocator;
-    const std::string name = "npu:" + std::to_string(index);
-    s.registrations = config::publish_stack(config, b, "npu", name);
-    s.relay = config::relay_stack(listeners(), config, b, "npu", index, name);
-    if (verbose())
-      std::fprintf(stderr, "modelmem: npu:%d (config from %s): %s\n", index,
-                   conf.variable.empty() ? "defaults" : conf.variable.c_str(),
-                   s.allocator->describe().c_str());
-    s.built.store(true, std::memory_order_release);
-  } catch (const std::exception& e) {
-    s.error = e.what();
-    std::fprintf(stderr, "modelmem: cannot build the allocator for npu:%d: %s\n", index, e.what());
-  }
+// The per-device stacks (config/device_slots.hpp, shared with the CUDA library).
+config::DeviceSlots& slots() {
+  static auto* table = new config::DeviceSlots(
+      {// never destroyed, see above
+       "npu", "npu",
+       [](int device) {
+         const config::EnvironmentConf conf = config::environment_conf();
+         config::Config config = config::parse_config(conf.text);
+         if (double f = fractions()[device].load(); f > 0.0)
+           config.values["per_process_memory_fraction"] = core::format_double(f);
+         return config::DeviceSlots::Configured{std::move(config),
+                                                conf.variable.empty() ? "defaults" : conf.variable};
+       },
+       [](int device) { return device::make_acl_device(device); }});
+  return *table;
 }
 
 // The stack of `device`, built on first use; null with last_error set when there is none.
 alloc::Allocator* allocator_for(int device) {
-  if (device < 0 || device >= kMaxDevices) {
-    last_error = "device index " + std::to_string(device) + " out of range";
-    return nullptr;
-  }
-  Slot& s = slots()[device];
   try {
-    std::call_once(s.once, [&] { build_slot(s, device); });
-  } catch (const std::exception& e) {  // call_once itself (no threads): nothing was built
+    return &slots().get(device);
+  } catch (const std::exception& e) {
     last_error = e.what();
     return nullptr;
   }
-  if (!s.allocator) {
-    last_error = "no allocator for npu:" + std::to_string(device) + ": " + s.error;
-    return nullptr;
-  }
-  return s.allocator.get();
 }
 
 // The stack of `device` when it was built already (hooks must not build one).
 alloc::Allocator* built(int device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  Slot& s = slots()[device];
-  return s.built.load(std::memory_order_acquire) ? s.allocator.get() : nullptr;
+  return slots().built(device);
 }
 
 // The advice an out-of-memory error ends with: what to change so the request fits.
@@ -215,8 +179,7 @@ MODELMEM_EXPORT void modelmem_npu_memory_fraction(double fraction, int device) {
                  fraction, device);
     return;
   }
-  Slot& s = slots()[device];
-  if (s.built.load(std::memory_order_acquire)) {
+  if (built(device) != nullptr) {
     std::fprintf(stderr,
                  "modelmem: set_memory_fraction(%g) on npu:%d after its first allocation is not "
                  "applied; call it before, or set per_process_memory_fraction in "
@@ -224,7 +187,7 @@ MODELMEM_EXPORT void modelmem_npu_memory_fraction(double fraction, int device) {
                  fraction, device);
     return;
   }
-  s.fraction.store(fraction);
+  fractions()[device].store(fraction);
 }
 
 // ---- MindSpore: PluggableAllocator (no device argument: the thread's current device) ----
@@ -298,13 +261,13 @@ MODELMEM_EXPORT int modelmem_npu_pool_pop() {
 /// OOMs, step marks), with the device, the pool and the stream (config/listener_abi.h). Returns
 /// its id (>= 0), or -1 (modelmem_npu_last_error() says why: no function, or 4 registered).
 MODELMEM_EXPORT int modelmem_npu_add_listener(modelmem_event_fn fn, void* user) {
-  return listeners().add(fn, user, last_error);
+  return slots().listeners().add(fn, user, last_error);
 }
 
 /// Ends registration `id`; when it returns 0, the function is not running and is never called
 /// again. -1 for an id not registered, or a call from inside a listener.
 MODELMEM_EXPORT int modelmem_npu_remove_listener(int id) {
-  return listeners().remove(id, last_error);
+  return slots().listeners().remove(id, last_error);
 }
 
 // ---- step marks, statistics, maintenance ----

@@ -138,7 +138,7 @@ TEST(Journeys, RunRefusesWhatThePreloadWouldRefuseBeforeTheProgramStarts) {
       {{"--conf", "strategy:caching,colour:blue"}, "unknown key 'colour'"},
       {{"--conf", "pools:[bert:0]"}, "pools"},
       {{"--conf", "strategy:caching,default_pool:bert"}, "default_pool"},
-      {{"--trace", "/nonexistent/dir/t.csv"}, "no such directory /nonexistent/dir"},
+      {{"--trace", "/nonexistent/dir/t.csv"}, "folder /nonexistent/dir does not exist"},
   };
   for (const Case& c : cases) {
     fs::remove(marker);
