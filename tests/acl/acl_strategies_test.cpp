@@ -2,6 +2,8 @@
 // contents, OOM numbers at the emulated capacity, and fault injection on every ACL call.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +70,16 @@ std::size_t random_size(std::mt19937_64& rng) {
 }
 
 class NpuStrategy : public ::testing::TestWithParam<const char*> {};
+
+// A readable test name: the configuration without "device:npu,", every other sign an underscore
+// ("strategy_caching_expandable_segments_True").
+std::string acl_config_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string text = info.param;
+  if (text.starts_with("device:npu,")) text.erase(0, 11);
+  for (char& c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return text;
+}
 
 TEST_P(NpuStrategy, RandomUseHasNoOverlapAndGivesEverythingBack) {
   Emulation emu({{"MODELMEM_EMULATED_ACL_MEMORY_MB", "512"}});
@@ -137,7 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "device:npu,strategy:caching",
                       "device:npu,strategy:caching,expandable_segments:True",
                       "device:npu,strategy:planned,planned_steps:marked",
-                      "device:npu,strategy:planned,planned_steps:marked,planned_fallback:caching"));
+                      "device:npu,strategy:planned,planned_steps:marked,planned_fallback:caching"),
+    acl_config_name);
 
 TEST(NpuExpandable, MapsPagesOnDemandAndUnmapsThemOnTrimAfterSynchronising) {
   Emulation emu({{"MODELMEM_EMULATED_ACL_MEMORY_MB", "256"}});
@@ -321,7 +334,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, NpuFaults,
                          ::testing::Values("device:npu,strategy:static,static_pool_mb:64",
                                            "device:npu,strategy:caching",
                                            "device:npu,strategy:caching,expandable_segments:True",
-                                           "device:npu,strategy:planned,planned_steps:marked"));
+                                           "device:npu,strategy:planned,planned_steps:marked"),
+                         acl_config_name);
 
 }  // namespace
 }  // namespace modelmem

@@ -123,7 +123,10 @@ TEST_P(StepProblem, MatchesTheSharedStepCsv) {
 }
 INSTANTIATE_TEST_SUITE_P(Shared, StepProblem,
                          ::testing::Values("torch_resnet50", "torch_resnet50_varbatch",
-                                           "torch_bert", "torch_bert_varlen"));
+                                           "torch_bert", "torch_bert_varlen"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;  // the trace's name: Shared/StepProblem.X/torch_bert
+                         });
 
 TEST(TraceProblem, LiveInBlocksAndBadWindow) {
   Trace t = parse(
