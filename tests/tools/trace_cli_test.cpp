@@ -273,11 +273,11 @@ TEST_F(TraceCli, ConvertsAndDrawsTheExample) {
   EXPECT_NO_THROW((void)json::parse(slurp(dir_ / "x.json")));
   r = run("trace " + example_trace() + " -o " + d + "/step.txt --format problem --step 1");
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(problem, 268 buffers from events [539, 1075) of 2152)"), std::string::npos)
+      << r.out;
   r = run("solve " + d + "/step.txt --solver best-fit");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("268 buffers, lower bound 11763840"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(problem, 268 buffers from events [539, 1075) of 2152)"), std::string::npos)
-      << r.out;
 
   // Without marks, --step takes the steps `analyze` finds from the period (it said "0 marked
   // steps" where analyze listed 4).
