@@ -83,21 +83,7 @@ MODELMEM_EXPORT void modelmem_free(void* ptr, size_t /*size*/, int device,
 /// OOMs] and returns how many it filled, or -1 when the device has no allocator yet (a query
 /// never builds one).
 MODELMEM_EXPORT int modelmem_cuda_stats(int device, unsigned long long* out, int n) {
-  alloc::Allocator* a = slots().built(device);
-  if (a == nullptr || out == nullptr) return -1;
-  try {
-    alloc::Stats st = a->stats();
-    const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
-                                st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
-                                st.num_device_alloc,           st.num_ooms};
-    int k = 0;
-    for (; k < n && k < static_cast<int>(std::size(values)); ++k) {
-      out[k] = static_cast<unsigned long long>(values[k] < 0 ? 0 : values[k]);
-    }
-    return k;
-  } catch (const std::exception&) {
-    return -1;
-  }
+  return slots().stats(device, out, n);
 }
 
 /// Every peak of the device's stack becomes its current value (torch.cuda.reset_peak_memory_stats);

@@ -284,20 +284,7 @@ MODELMEM_EXPORT void modelmem_npu_end_step(int device) {
 /// Fills up to n of [reserved, allocated, peak reserved, peak allocated, device allocations,
 /// OOMs] and returns how many it filled, or -1 when the device has no allocator.
 MODELMEM_EXPORT int modelmem_npu_stats(int device, unsigned long long* out, int n) {
-  alloc::Allocator* a = built(device);
-  if (a == nullptr || out == nullptr) return -1;
-  try {
-    alloc::Stats st = a->stats();
-    const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
-                                st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
-                                st.num_device_alloc,           st.num_ooms};
-    int k = 0;
-    for (; k < n && k < static_cast<int>(std::size(values)); ++k)
-      out[k] = static_cast<unsigned long long>(values[k] < 0 ? 0 : values[k]);
-    return k;
-  } catch (const std::exception&) {
-    return -1;
-  }
+  return slots().stats(device, out, n);
 }
 
 MODELMEM_EXPORT void modelmem_npu_reset_peak(int device) {

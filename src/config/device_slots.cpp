@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 
 #include "modelmem/config/factory.hpp"
 #include "modelmem/config/publish.hpp"
@@ -51,6 +52,23 @@ alloc::Allocator* DeviceSlots::built(int device) const noexcept {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   const Slot& s = slots_[static_cast<std::size_t>(device)];
   return s.ready.load(std::memory_order_acquire) ? s.allocator.get() : nullptr;
+}
+
+int DeviceSlots::stats(int device, unsigned long long* out, int n) const noexcept {
+  alloc::Allocator* a = built(device);
+  if (a == nullptr || out == nullptr) return -1;
+  try {
+    const alloc::Stats st = a->stats();
+    const long long values[] = {st.reserved_bytes.all.current, st.allocated_bytes.all.current,
+                                st.reserved_bytes.all.peak,    st.allocated_bytes.all.peak,
+                                st.num_device_alloc,           st.num_ooms};
+    int k = 0;
+    for (; k < n && k < static_cast<int>(std::size(values)); ++k)
+      out[k] = static_cast<unsigned long long>(values[k] < 0 ? 0 : values[k]);
+    return k;
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 }  // namespace modelmem::config

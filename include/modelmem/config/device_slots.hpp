@@ -48,6 +48,11 @@ class DeviceSlots {
   alloc::Allocator& get(int device);
   /// The stack of `device` when it is built already, else nullptr (out-of-range indices too).
   alloc::Allocator* built(int device) const noexcept;
+  /// What the libraries' stats functions (modelmem_cuda_stats, modelmem_npu_stats) fill: up to
+  /// `n` of [reserved, allocated, peak reserved, peak allocated, device allocations, OOMs] of
+  /// `device`'s built stack. Returns how many it filled, or -1 when the device has no stack yet
+  /// (a query never builds one) or `out` is null.
+  int stats(int device, unsigned long long* out, int n) const noexcept;
   /// The listeners of every device's events (the library's add/remove_listener functions).
   ListenerRegistry& listeners() noexcept { return listeners_; }
 
