@@ -62,7 +62,7 @@ class BestSolver final : public Solver {
   std::string name() const override { return "best"; }
 
   SolveResult solve(const Problem& problem, const SolveOptions& options) const override {
-    check_problem(problem);
+    if (!options.checked) check_problem(problem);
     if (problem.buffers.size() > kLargeProblem) return solve_large(problem, options);
     const auto started = Clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
@@ -124,7 +124,9 @@ class BestSolver final : public Solver {
     const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::min(
                                         options.time_limit, std::chrono::duration<double>(1e7)));
     const unsigned threads = std::max(options.threads, 1u);
-    const std::size_t peak_bound = lower_bound(problem);  // within the limit, before the search
+    // Within the limit, before the search (run_solve has it already).
+    const std::size_t peak_bound =
+        options.peak_live_bound ? options.peak_live_bound : lower_bound(problem);
     // The heuristics and the neighbourhood search never look at the capacity: they take the
     // problem itself (a copy of a million buffers costs a noticeable part of a short limit).
     const Problem& open = problem;
@@ -141,16 +143,19 @@ class BestSolver final : public Solver {
     // gets the quick ones' plans. Any order gives the same plans.
     const std::size_t run_order[] = {0, 3, 1, 2};
     // Each gives up at the deadline (naive never needs to): the plans that finished are kept.
+    // best-fit's first heap simulation is never given up: past the deadline it places the
+    // buffers it has not reached above the others, last in, first out (linear time), so a real
+    // plan always comes back on time.
+    std::size_t unplaced = 0;
     detail::parallel_for(names.size(), threads, [&](std::size_t t) {
       const std::size_t i = run_order[t % 4];
       try {
         plans[i] = detail::heuristic_plan(names[i], open, first_phase, deadline,
-                                          placement_budget(options.time_limit.count()));
+                                          placement_budget(options.time_limit.count()),
+                                          names[i] == "best-fit" ? &unplaced : nullptr);
       } catch (const detail::TimeUp&) {
       }
     });
-    const bool real_plan =
-        std::any_of(plans.begin() + 1, plans.end(), [](const auto& p) { return p.has_value(); });
     std::optional<Plan> best;
     std::string best_name;
     if (options.initial && options.initial->offsets.size() == problem.buffers.size() &&
@@ -164,20 +169,11 @@ class BestSolver final : public Solver {
         best_name = names[i];
       }
     }
-    // A limit too short for any heuristic but naive (a million buffers in a second on a busy
-    // core): best-fit's first heap simulation, the quickest real plan, runs to its end anyway.
-    std::string overrun;
-    if (!real_plan) {
-      Plan heap = detail::heuristic_plan("best-fit", problem, started);
-      if (heap.arena_size < best->arena_size) {
-        best = std::move(heap);
-        best_name = "best-fit";
-      }
-      if (Clock::now() > deadline)
-        overrun =
-            "no heuristic but naive finished within the limit: best-fit's first plan completed "
-            "past it";
-    }
+    std::string cut_note;
+    if (unplaced && best_name == "best-fit")
+      cut_note = "time limit reached in best-fit's first plan: " + std::to_string(unplaced) +
+                 " of " + std::to_string(problem.buffers.size()) +
+                 " buffers placed last in, first out above the others instead of simulated";
     const double heuristic_seconds = elapsed();
     std::size_t bound = peak_bound;
     std::string note;
@@ -249,7 +245,7 @@ class BestSolver final : public Solver {
     } else {
       result.plan = std::move(best);
     }
-    if (!overrun.empty()) note = overrun + (note.empty() ? "" : "; " + note);
+    if (!cut_note.empty()) note = cut_note + (note.empty() ? "" : "; " + note);
     result.note = note;
     result.seconds = elapsed();
     return result;

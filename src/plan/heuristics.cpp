@@ -213,8 +213,10 @@ Plan greedy_breadth_plan(const Problem& problem) {
   return greedy_breadth_plan(problem, kNoDeadline);
 }
 
+/// With `unplaced`: the first simulation is never given up; past `stop_at` it places the buffers
+/// it has not reached above the others, last in, first out, and returns that plan at once.
 Plan best_fit_plan(const Problem& problem, Clock::time_point deadline,
-                   Clock::time_point stop_at = kNoDeadline) {
+                   Clock::time_point stop_at = kNoDeadline, std::size_t* unplaced = nullptr) {
   const auto& bufs = problem.buffers;
   const std::size_t n = bufs.size();
   // Among buffers that start at the same step: larger first, longer-lived first, or the file's.
@@ -252,10 +254,25 @@ Plan best_fit_plan(const Problem& problem, Clock::time_point deadline,
   const Order by_end = detail::end_order(problem);
   std::optional<Plan> best;
   for (int which = 0; which < 3; ++which) {
+    if (best && stop_at != kNoDeadline && Clock::now() >= stop_at) return *best;
     const Order rank = rank_of(which);
     for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
-      Plan plan = detail::simulate_heap(problem, rank, choice, stop_at, by_end);
-      if (!best || plan.arena_size < best->arena_size) best = std::move(plan);
+      std::size_t cut = 0;
+      std::optional<Plan> plan;
+      try {
+        plan = detail::simulate_heap(problem, rank, choice, stop_at, by_end,
+                                     best       ? nullptr
+                                     : unplaced ? &cut
+                                                : nullptr);
+      } catch (const detail::TimeUp&) {
+        if (!best) throw;
+        return *best;  // a later simulation past `stop_at`: the plans made are kept
+      }
+      if (cut) {
+        *unplaced = cut;
+        return *plan;
+      }
+      if (!best || plan->arena_size < best->arena_size) best = std::move(plan);
       if (deadline != kNoDeadline && Clock::now() >= deadline) return *best;
     }
   }
@@ -378,8 +395,9 @@ Plan best_heuristic_plan_until(const Problem& problem, std::size_t search_effort
 }
 
 Plan heuristic_plan(const std::string& name, const Problem& problem, Clock::time_point deadline,
-                    Clock::time_point stop_at, std::size_t work_budget) {
+                    Clock::time_point stop_at, std::size_t work_budget, std::size_t* unplaced) {
   if (name == "naive") return naive_plan(problem);
+  if (name == "best-fit" && unplaced) return best_fit_plan(problem, deadline, stop_at, unplaced);
   if (stop_at != kNoDeadline && Clock::now() >= stop_at) throw TimeUp{};
   const std::size_t budget = work_budget ? work_budget : kWorkBudget;
   if (name == "greedy-size") return greedy_size_plan(problem, deadline, stop_at, budget);

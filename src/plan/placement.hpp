@@ -54,10 +54,14 @@ class Placer {
 /// Heap simulation: buffers allocated when they start and freed when they end, in schedule
 /// order; ties among buffers starting at the same step follow `tie_order` (a permutation giving
 /// each buffer's rank). O(n log n) plus the gaps skipped for alignment.
-/// Throws TimeUp once `stop_at` has passed. `by_end` is end_order(problem) when the caller
-/// has it (several simulations of one problem share it); empty: computed here.
+/// Throws TimeUp once `stop_at` has passed, unless `unplaced` is given: then the buffers not
+/// yet simulated are placed in linear time above the others, last in, first out (a valid plan,
+/// never larger than the naive one), and *unplaced says how many (0: the simulation finished).
+/// `by_end` is end_order(problem) when the caller has it (several simulations of one problem share
+/// it); empty: computed here.
 Plan simulate_heap(const Problem& problem, std::span<const std::size_t> rank, GapChoice choice,
-                   Deadline stop_at = Deadline::max(), std::span<const std::size_t> by_end = {});
+                   Deadline stop_at = Deadline::max(), std::span<const std::size_t> by_end = {},
+                   std::size_t* unplaced = nullptr);
 /// The buffers' indices sorted by end time.
 std::vector<std::size_t> end_order(const Problem& problem);
 
@@ -66,8 +70,12 @@ std::vector<std::size_t> end_order(const Problem& problem);
 /// `stop_at` even the first ordering gives up: TimeUp.
 /// `work_budget` bounds the orderings tried by the greedy placements in buffers looked at (0:
 /// the registry's default, about 0.1 s); deterministic, unlike the deadline.
+/// `unplaced` (best-fit only): its first heap simulation is not given up at `stop_at` but cut
+/// short (simulate_heap's `unplaced`), so a plan always comes back; *unplaced says how many
+/// buffers were placed last in, first out rather than simulated (0: none).
 Plan heuristic_plan(const std::string& name, const Problem& problem, Deadline deadline,
-                    Deadline stop_at = Deadline::max(), std::size_t work_budget = 0);
+                    Deadline stop_at = Deadline::max(), std::size_t work_budget = 0,
+                    std::size_t* unplaced = nullptr);
 /// The names heuristic_plan takes, in the registry's order.
 const std::vector<std::string>& heuristic_names();
 /// best_heuristic_plan with a deadline.

@@ -168,8 +168,14 @@ TEST_F(SolveCli, JsonReportHasBothBoundsAndTheGap) {
       << r.out;
   EXPECT_NE(r.out.find("{\"name\": \"naive\""), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("solver "), std::string::npos) << r.out;  // no table
-  // The time spent reading, which the time limit does not cover.
+  // The time spent reading and writing, which the time limit does not cover (nothing written).
   EXPECT_NE(r.out.find(", \"read_seconds\": 0.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", \"write_seconds\": 0.000,"), std::string::npos) << r.out;
+  fs::path plan = dir_ / "aligned.plan.json";
+  CliRun w = run(aligned.string() + " --json -o " + plan.string());
+  EXPECT_EQ(w.code, 0) << w.err;
+  EXPECT_TRUE(fs::exists(plan));
+  EXPECT_NE(w.out.find(", \"write_seconds\": 0.0"), std::string::npos) << w.out;
 }
 
 // MindSpore's files start tensors at -1; IREE's carry the compiler's own offsets, a valid plan

@@ -19,12 +19,10 @@ struct SolveRequest {
   std::string file;             ///< the problem (MiniMalloc CSV)
   std::string solver = "best";  ///< a solver name, or "all" for every one
   std::optional<std::size_t> capacity;
-  /// Per solver, > 0: what follows reading the file (the lower bound, the solver, validating its
-  /// plan, and writing it when writes_plan) is kept within it, the first solver's share paying
-  /// for the bound; except that `best` finishes one best-fit plan whatever the limit.
+  /// Per solver, > 0: what follows reading the file and comes before writing the plan (the lower
+  /// bound, the solver, validating its plan) is kept within it, the first solver's share paying
+  /// for the bound.
   double time_limit_s = 10;
-  /// The caller will write the best plan (solve --output): its time is kept out of the limit.
-  bool writes_plan = false;
   unsigned threads = 1;  ///< for the large-instance phase of best (SolveOptions::threads)
   /// Progress of a long search: solver name, best arena so far, seconds. May be empty.
   std::function<void(const std::string&, std::size_t, double)> progress;
@@ -51,6 +49,9 @@ struct SolveReport {
   /// Seconds spent reading and parsing the file: the one part of a run the time limit does not
   /// cover (`read_seconds` in the JSON).
   double read_seconds = 0;
+  /// Seconds the caller spent writing the plan file (solve --output), set by it before to_json
+  /// (`write_seconds` in the JSON); 0 when none was written. Not covered by the limit either.
+  double write_seconds = 0;
   /// "best-fit", or "best (found by greedy-size)" when the solver reports another inside it.
   std::string best_from() const;
   /// (best arena - strongest_bound) / best arena: how much of the plan may still be saved, 0
@@ -69,9 +70,9 @@ std::string solve_row_text(const SolveRow& row, std::size_t lower_bound);
 std::string solve_footer_text(const SolveReport& report);
 std::string to_text(const SolveReport& report);
 /// The report as one JSON object (`solve --json`): file, buffers, capacity, peak_live_bound,
-/// proven_lower_bound, file_plan_arena, read_seconds, best {solver, found_by, arena, gap, optimal}
-/// or null, and solvers [{name, found_by, arena, lower_bound, proven_optimal, proven_infeasible,
-/// seconds, note}].
+/// proven_lower_bound, file_plan_arena, read_seconds, write_seconds, best {solver, found_by, arena,
+/// gap, optimal} or null, and solvers [{name, found_by, arena, lower_bound, proven_optimal,
+/// proven_infeasible, seconds, note}].
 std::string to_json(const SolveReport& report);
 
 /// The plan file (plan_json.hpp) of one solver's result, as `solve --output PLAN.json` writes

@@ -25,6 +25,12 @@ struct SolveOptions {
   /// the decomposition); 0 counts as 1. The plan does not depend on it when no time limit
   /// cuts a search short: every part is planned the same way whichever thread takes it.
   unsigned threads = 1;
+  /// The problem's peak-live bound (plan::lower_bound) when the caller has computed it, so that
+  /// `best` does not sweep a large problem twice within its limit; 0: computed when needed.
+  std::size_t peak_live_bound = 0;
+  /// The caller has checked the problem (check_problem, or the CSV reader, which refuses the
+  /// same): `best` and `exact` skip their own check (a tenth of a second per million buffers).
+  bool checked = false;
 };
 
 struct SolveResult {
