@@ -192,6 +192,56 @@ bool after_norm(const Graph& graph, const Node& node) {
   return p >= 0 && graph.nodes[p].op_type == "BatchNormalization";
 }
 
+// nn.Linear on an input of rank > 2: torch.onnx writes MatMul(x, W^T) and Add(bias, product)
+// as the only nodes of the Linear's leaf module scope; PyTorch 1.13 makes one output (addmm on
+// the flattened input for rank 3, matmul then add_ in place above it). Returns per node the
+// product tensor such an Add writes into, or -1. Nodes whose outputs are not activations (a
+// folded transpose of the weight) do not count in the scope.
+std::vector<int> linear_bias_adds(const Graph& graph) {
+  // A weight, a constant or a view of one (torch.onnx writes an Identity of one initializer for
+  // each parameter with the same value).
+  auto fixed = [&](int t) {
+    for (int depth = 0; t >= 0 && depth < 8; ++depth) {
+      if (!in_arena(graph.tensors[t])) return true;
+      const int p = graph.tensors[t].producer;
+      if (p < 0 || !is_alias_op(graph.nodes[p].op_type) || graph.nodes[p].inputs.empty()) break;
+      t = graph.nodes[p].inputs[0];
+    }
+    return false;
+  };
+  std::vector<int> into(graph.nodes.size(), -1);
+  std::vector<std::string> leaf(graph.nodes.size());
+  std::map<std::string, int> working;  // deepest scope -> nodes making activations
+  std::set<std::string> inner;         // scopes with sub-scopes
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    auto scopes = scopes_of(graph.nodes[v].name);
+    if (scopes.empty()) continue;
+    leaf[v] = scopes.back();
+    for (std::size_t k = 0; k + 1 < scopes.size(); ++k) inner.insert(scopes[k]);
+    const auto& outs = graph.nodes[v].outputs;
+    if (std::any_of(outs.begin(), outs.end(), [&](int o) { return o >= 0 && !fixed(o); }))
+      ++working[leaf[v]];
+  }
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    const Node& add = graph.nodes[v];
+    if (add.op_type != "Add" || add.inputs.size() != 2 || leaf[v].empty() ||
+        working[leaf[v]] != 2 || inner.count(leaf[v]))
+      continue;
+    for (int k = 0; k < 2; ++k) {
+      const int prod = add.inputs[k], bias = add.inputs[1 - k];
+      if (prod < 0 || bias < 0 || !fixed(bias)) continue;
+      const Tensor& t = graph.tensors[prod];
+      if (t.producer < 0 || t.graph_output || t.consumers.size() != 1 ||
+          leaf[t.producer] != leaf[v])
+        continue;
+      const Node& mm = graph.nodes[t.producer];
+      if (mm.op_type != "MatMul" || mm.inputs.size() != 2 || !fixed(mm.inputs[1])) continue;
+      into[v] = prod;
+    }
+  }
+  return into;
+}
+
 }  // namespace
 
 bool is_in_place_op(const std::string& op) {
@@ -303,6 +353,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
 
   std::vector<bool> fused(graph.tensors.size(), false);
   if (options.fuse_leaf_modules) fused = fused_in_leaf_modules(graph);
+  std::vector<int> linear_into;
+  if (options.linear_bias_in_place && !options.in_place) linear_into = linear_bias_adds(graph);
 
   lt.buffer_of.assign(graph.tensors.size(), -1);
   std::vector<int> group_of(graph.tensors.size(), -1);
@@ -322,6 +374,15 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   for (std::size_t s = 0; s < n; ++s) {
     const Node& node = graph.nodes[lt.order[s]];
     std::vector<bool> claimed(groups.size() + node.outputs.size(), false);
+    // The group of `in` when output `o` may be written into it: it dies at this step, is no
+    // graph input, not yet taken by another output of the node, and has o's type and size.
+    auto dying = [&](int in, int o) {
+      if (in < 0 || group_of[in] < 0) return -1;
+      const Group& cand = groups[group_of[in]];
+      if (cand.has_input || cand.last != s || claimed[group_of[in]]) return -1;
+      if (graph.tensors[in].dtype != graph.tensors[o].dtype || size[in] != size[o]) return -1;
+      return group_of[in];
+    };
     for (std::size_t k = 0; k < node.outputs.size(); ++k) {
       int o = node.outputs[k];
       if (o < 0 || !in_arena(graph.tensors[o])) continue;
@@ -349,14 +410,15 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       if (g < 0 && ((options.in_place && is_in_place_op(node.op_type)) ||
                     (options.activation_in_place_after_norm && after_norm(graph, node)))) {
         for (int in : node.inputs) {
-          if (in < 0 || group_of[in] < 0) continue;
-          const Group& cand = groups[group_of[in]];
-          if (cand.has_input || cand.last != s || claimed[group_of[in]]) continue;
-          if (graph.tensors[in].dtype != graph.tensors[o].dtype || size[in] != size[o]) continue;
-          g = group_of[in];
+          g = dying(in, o);
+          if (g < 0) continue;
           ++lt.in_place;
           break;
         }
+      }
+      if (g < 0 && k == 0 && !linear_into.empty() && linear_into[lt.order[s]] >= 0) {
+        g = dying(linear_into[lt.order[s]], o);
+        if (g >= 0) ++lt.in_place;
       }
       if (g < 0) {
         groups.push_back(Group{size[o], s, s, false, {}});

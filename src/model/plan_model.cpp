@@ -137,6 +137,7 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
   eager.module_scopes = options.eager_module_scopes;
   eager.fuse_leaf_modules = options.eager_module_scopes;
   eager.activation_in_place_after_norm = true;
+  eager.linear_bias_in_place = options.eager_module_scopes;
 
   plan::SolveOptions solve;
   solve.time_limit = std::chrono::duration<double>(options.time_limit);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "builder.hpp"
 
@@ -274,6 +275,55 @@ TEST(PlanModel, EagerRunsALeafModuleOfElementwiseNodesAsOneOperator) {
   // elementwise ops, ReduceMean, Softmax and layout ops only.
   EXPECT_EQ(peak("/act", "Softmax"), 3072u);
   EXPECT_EQ(peak("/act", "ReduceMax"), 4096u);
+}
+
+TEST(PlanModel, EagerRunsNnLinearAsOneOperatorWithOneOutput) {
+  // nn.Linear on a [1, 4, 64] input, exported as MatMul by the weight and Add of the bias in the
+  // Linear's own scope "/fc": PyTorch's addmm (or matmul + add_) makes one output, so L shares
+  // P's buffer. Each activation is 1 KiB.
+  auto lifetimes = [](const std::string& mm_name, const std::string& add_name, bool weight_b,
+                      const std::string& extra = "") {
+    testing::ModelBuilder b;
+    b.input("X", {1, 4, 64}).output("Y").weight("W", {64, 64}).weight("bias", {64});
+    if (!weight_b) b.input("K", {64, 64});
+    b.node("Relu", {"X"}, {"A"}, "/pre/Relu");
+    b.node("MatMul", {"A", weight_b ? "W" : "K"}, {"P"}, mm_name);
+    b.node("Add", {"bias", "P"}, {"L"}, add_name);
+    b.node("Relu", {"L"}, {"Y"}, extra.empty() ? "/post/Relu" : extra);
+    Graph g = load_onnx_bytes(b.bytes(), "linear.onnx", "");
+    LifetimeOptions o;
+    o.in_place = false;
+    o.inputs_live_throughout = true;
+    o.module_scopes = true;
+    o.linear_bias_in_place = true;
+    Lifetimes lt = build_lifetimes(g, o);
+    return std::make_pair(lt.buffer_of[g.find_tensor("L")] == lt.buffer_of[g.find_tensor("P")],
+                          plan::lower_bound(lt.problem));
+  };
+  // At the Add: X (the caller's), A (fc's argument, held until fc returns) and P = L.
+  EXPECT_EQ(lifetimes("/fc/MatMul", "/fc/Add", true), std::make_pair(true, std::size_t{3072}));
+  // `x @ w + b` in a forward with other nodes: two operators, two outputs (X, A, P, L).
+  EXPECT_EQ(lifetimes("/blk/MatMul", "/blk/Add", true, "/blk/Relu"),
+            std::make_pair(false, std::size_t{4096}));
+  // No module names (not torch.onnx's): nothing to tell a Linear by; two outputs.
+  EXPECT_EQ(lifetimes("mm", "add", true).first, false);
+  // A product by another input (an activation) plus a constant is no Linear.
+  EXPECT_EQ(lifetimes("/fc/MatMul", "/fc/Add", false).first, false);
+  // plan_model's eager figure uses it; here the bias is an Identity of an initializer, as
+  // torch.onnx writes parameters of equal value (ConvNeXt's zero biases).
+  testing::ModelBuilder b;
+  b.input("X", {1, 4, 64}).weight("W", {64, 64}).weight("bias", {64}).output("Y");
+  b.node("Identity", {"bias"}, {"bias_view"}, "Identity_0");
+  b.node("Relu", {"X"}, {"A"}, "/pre/Relu");
+  b.node("MatMul", {"A", "W"}, {"P"}, "/fc/MatMul");
+  b.node("Add", {"P", "bias_view"}, {"L"}, "/fc/Add");
+  b.node("Relu", {"L"}, {"Y"}, "/post/Relu");
+  const std::string path = write_model(b, "linear.onnx");
+  PlanOptions o;
+  EXPECT_EQ(plan_model(path, o).eager_peak, 3072u);
+  o.eager_module_scopes = false;                     // --no-module-scopes: no modules, no Linear
+  EXPECT_EQ(plan_model(path, o).eager_peak, 3072u);  // X, P, L (A dies at the MatMul)
+  std::filesystem::remove(path);
 }
 
 TEST(PlanModel, OptionsAreValidatedBeforeLoading) {

@@ -56,6 +56,12 @@ struct LifetimeOptions {
   /// (DenseNet's norm -> relu -> conv). After a Conv the export folds the norm away, and the
   /// activation's own buffer stands for the norm output PyTorch allocates.
   bool activation_in_place_after_norm = false;
+  /// With in_place off (PyTorch eager): nn.Linear on an input of rank > 2, exported as a
+  /// MatMul by the weight and an Add of the bias inside the Linear's own leaf module scope
+  /// (`/blk/fc1/MatMul`, `/blk/fc1/Add`), is one PyTorch operator with one output (addmm on the
+  /// flattened input, or matmul then an in-place add_): the Add writes into the product. Needs
+  /// torch.onnx's scoped node names: elsewhere (`x @ w + b` in a forward) PyTorch allocates both.
+  bool linear_bias_in_place = false;
 };
 
 struct Lifetimes {
