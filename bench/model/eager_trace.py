@@ -14,7 +14,8 @@ Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3
       exports torchvision's MODEL (random weights, eval mode, opset 13, batch a symbolic dim
       `batch`) to a graph-only ONNX file (weights keep name, dims and type, not their data).
       A model over protobuf's 2 GiB is exported with external data in a scratch folder and
-      its weights' data dropped the same way.
+      its weights' data dropped the same way. aten::zero, which torch.onnx 1.13 cannot export
+      (Swin-V2's qkv bias), is exported as a multiplication by 0.
 
   eager_trace.py infer MODEL BATCH [SIZE]
       builds the same model and runs two warm-up inferences and one measured inference under
@@ -32,7 +33,10 @@ Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3
       --show-live N`: each allocation made since the first marker and live at the peak, in the
       order made, with its size and its index among those allocations.
 
-SIZE is the input's height and width (224 unless given).
+SIZE is the input's height and width (224 unless given). MODEL may also be `bert_base`, the
+BERT-base encoder of models/make_models.py (models/bert_base.onnx): its input is BATCH x SIZE
+token ids (SIZE is the sequence length there), and `measure` then takes the model's name after
+SIZE to count that input (`measure T.csv BATCH SIZE bert_base`).
 """
 import csv
 import sys
@@ -41,9 +45,30 @@ MARK_BYTES = 7_340_033  # odd, prime-sized: no tensor of these models has this s
 
 
 def build(name):
+    if name == "bert_base":
+        import os
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "models"))
+        import make_models
+
+        return make_models.BertEncoder().eval()
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None).eval()
+
+
+def example(name, batch, size):
+    """The model's input: token ids for bert_base, else a batch of size x size RGB images."""
+    import torch
+
+    if name == "bert_base":
+        return torch.randint(0, 30522, (batch, size))
+    return torch.randn(batch, 3, size, size)
+
+
+def input_bytes(name, batch, size):
+    return batch * size * 8 if name == "bert_base" else batch * 3 * size * size * 4
 
 
 def list_models():
@@ -76,6 +101,13 @@ def export(name, out, size):
     import onnx
     import torch
 
+    # torch.onnx 1.13 has no symbolic for aten::zero at any opset: Swin-V2 zeroes the middle
+    # third of a copy of its qkv bias (`qkv_bias[length:2 * length].zero_()`, a weight-sized
+    # tensor). Exported as x * 0, which is what it computes for finite weights.
+    def zero(g, self):
+        return g.op("Mul", self, g.op("Constant", value_t=torch.tensor(0.0)))
+
+    torch.onnx.register_custom_op_symbolic("aten::zero", zero, 13)
     torch.manual_seed(0)
     model = build(name)
     x = torch.randn(1, 3, size, size)
@@ -106,7 +138,7 @@ def infer(name, batch, size):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = build(name)
-    x = torch.randn(batch, 3, size, size)
+    x = example(name, batch, size)
     with torch.inference_mode():
         for _ in range(2):
             model(x)
@@ -153,7 +185,7 @@ def peak(path):
         print(f"  #{index:<6} {nbytes:>14,} B")
 
 
-def measure(path, batch, size):
+def measure(path, batch, size, name=""):
     live = {}
     current = 0
     marks = 0
@@ -178,8 +210,7 @@ def measure(path, batch, size):
                 current -= live.pop(row["address"], 0)
     if marks < 2:
         sys.exit(f"{path}: the two marker requests of {MARK_BYTES} bytes are not in the trace")
-    input_bytes = batch * 3 * size * size * 4
-    print(peak - baseline + input_bytes)
+    print(peak - baseline + input_bytes(name, batch, size))
 
 
 if __name__ == "__main__":
@@ -195,6 +226,7 @@ if __name__ == "__main__":
     elif len(args) == 2 and args[0] == "peak":
         peak(args[1])
     elif len(args) >= 3 and args[0] == "measure":
-        measure(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224)
+        measure(args[1], int(args[2]), int(args[3]) if len(args) > 3 else 224,
+                args[4] if len(args) > 4 else "")
     else:
         sys.exit(__doc__)
