@@ -172,7 +172,8 @@ struct PlannedAllocator::Impl {
       return;
     }
     auto j = detail::PlanJob::start(std::move(problem), planner_of());
-    if (j->wait_for(options.solve_time_limit - (Clock::now() - start))) {
+    if (!options.defer_plans) j->wait();
+    if (j->ready() || j->wait_for(options.solve_time_limit - (Clock::now() - start))) {
       if (auto result = j->take()) install(std::move(*result), log, index_of, is_replan);
       return;
     }

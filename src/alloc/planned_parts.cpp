@@ -92,6 +92,11 @@ bool PlanJob::wait_for(std::chrono::duration<double> budget) {
   return cv_.wait_for(lock, budget, [this] { return done_; });
 }
 
+void PlanJob::wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+}
+
 bool PlanJob::ready() {
   std::lock_guard lock(mu_);
   return done_;

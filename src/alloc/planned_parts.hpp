@@ -76,6 +76,8 @@ class PlanJob {
 
   /// Waits up to `budget` for the plan; true when it is ready.
   bool wait_for(std::chrono::duration<double> budget);
+  /// Waits until the plan is ready, however long that takes.
+  void wait();
   bool ready();
   /// The plan (nullopt: the planner failed or found none). Only after ready().
   std::optional<plan::Plan> take();

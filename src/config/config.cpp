@@ -277,6 +277,11 @@ std::vector<KeySpec> core_keys() {
         "planned: time a step mark waits for its plan (ms); a plan that takes longer is "
         "finished on a worker thread and taken at a later step mark"},
        check_solve_ms},
+      {{"planned_defer", "True", "True | False",
+        "planned: False makes a step mark wait for its plan however long it takes (the "
+        "solver's search limit is unchanged), so nothing depends on the machine's load; "
+        "replay and sizing use False"},
+       check_bool},
       {{"planned_min_kb", "0", "whole number of KiB < 2^54",
         "planned: requests below this many KiB go to the fallback, outside every step"},
        check_kb_or_zero},

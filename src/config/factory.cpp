@@ -251,11 +251,12 @@ Built build(const Config& c, device::DevicePtr base) {
     o.max_plans = c.get_size("planned_max_plans");
     o.solver = c.get("planned_solver");
     o.solve_time_limit = std::chrono::milliseconds(c.get_size("planned_solve_ms"));
+    o.defer_plans = c.get_bool("planned_defer");
     o.min_size = checked_mul(c.get_size("planned_min_kb"), 1024, "planned_min_kb");
     o.huge_pages = c.get_bool("planned_huge_pages");
-    for (const char* k :
-         {"planned_steps", "planned_warmup_steps", "planned_mismatch_limit", "planned_max_plans",
-          "planned_solver", "planned_solve_ms", "planned_min_kb", "planned_huge_pages"})
+    for (const char* k : {"planned_steps", "planned_warmup_steps", "planned_mismatch_limit",
+                          "planned_max_plans", "planned_solver", "planned_solve_ms",
+                          "planned_defer", "planned_min_kb", "planned_huge_pages"})
       setting(k, c.get(k));
     b.probe = "not run (strategy:planned)";
     b.allocator = std::make_shared<PlannedAllocator>(std::move(o));
@@ -326,6 +327,23 @@ std::string Built::setting(const std::string& key) const {
   for (const auto& [k, v] : settings)
     if (k == key) return v;
   return "";
+}
+
+std::string for_replay(std::string_view text) {
+  const Config c = parse_config(text);
+  std::string out(core::trim(text));
+  auto add = [&](const char* key, const char* value) {
+    if (c.has(key)) return;
+    out += out.empty() ? "" : ",";
+    out += key;
+    out += ':';
+    out += value;
+  };
+  const std::string strategy = c.get("strategy");
+  if (strategy == "planned") add("planned_defer", "False");
+  if (strategy == "caching" || (strategy == "planned" && c.get("planned_fallback") == "caching"))
+    add("cache_decay_ms", "0");
+  return out;
 }
 
 }  // namespace modelmem::config

@@ -254,8 +254,8 @@ trace::Trace allocation_sequence(const model::ModelPlan& plan, std::size_t infer
 bool serves(const trace::Trace& sequence, const std::string& config_text, std::size_t quota_mib,
             std::size_t* peak_reserved) {
   const std::size_t quota = checked_mul(quota_mib, kMiB, "quota");
-  config::Config c = config::parse_config(
-      fmt::format("{},pools:[need:{}],default_pool:need", config_text, quota_mib));
+  config::Config c = config::parse_config(fmt::format("{},pools:[need:{}],default_pool:need",
+                                                      config::for_replay(config_text), quota_mib));
   config::Built built = config::build(c, std::make_shared<AddressDevice>(quota));
   trace::ReplayOptions options;
   options.touch = false;

@@ -21,12 +21,12 @@ std::shared_ptr<alloc::Allocator> caching(bool expandable) {
 }
 
 // Built from the configuration string exactly as `modelmem run` builds its default, so a
-// replay shows what a run would get (the same fallback and settings).
+// replay shows what a run would get (the same fallback and settings), except that a step mark
+// waits for its plan and nothing goes back by age (config::for_replay): a replay runs its steps
+// far faster than the program did, and its figures must not depend on the machine's load.
 std::shared_ptr<alloc::Allocator> planned(const StrategyContext& context) {
-  return config::build(config::parse_config(context.has_marks
-                                                ? "strategy:planned,planned_steps:marked"
-                                                : "strategy:planned"))
-      .allocator;
+  return allocator_from_config(context.has_marks ? "strategy:planned,planned_steps:marked"
+                                                 : "strategy:planned");
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ const std::vector<ReplayStrategy>& replay_strategies() {
 }
 
 std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config) {
-  return config::build(config::parse_config(config)).allocator;
+  return config::build(config::parse_config(config::for_replay(config))).allocator;
 }
 
 }  // namespace modelmem::trace

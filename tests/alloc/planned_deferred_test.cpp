@@ -83,5 +83,30 @@ TEST(PlannedDeferred, APlanWithinTheLimitIsTakenAtItsOwnStepMark) {
   EXPECT_EQ(a.planned_stats().hits, 8u);
 }
 
+// defer_plans:false (planned_defer:False, what replays and sizing use): the step mark waits for
+// a plan that runs far past the limit, and the very next step is served from it.
+TEST(PlannedDeferred, WithoutDeferralTheStepMarkWaitsForItsPlan) {
+  auto device = std::make_shared<testing::MmapDevice>();
+  PlannedOptions o;
+  o.device = device;
+  o.fallback = std::make_shared<testing::MallocAllocator>();
+  o.solve_time_limit = milliseconds(20);
+  o.defer_plans = false;
+  o.planner = [](const plan::Problem& p) {
+    std::this_thread::sleep_for(milliseconds(200));
+    return *plan::solve(p, "best-fit").plan;
+  };
+  PlannedAllocator a(o);
+  run_step(a);
+  auto begin = Clock::now();
+  run_step(a);
+  EXPECT_GE(Clock::now() - begin, milliseconds(200)) << "the step mark did not wait";
+  PlannedStats s = a.planned_stats();
+  EXPECT_EQ(s.plans_made, 1u);
+  EXPECT_EQ(s.plans_deferred, 0u);
+  run_step(a);
+  EXPECT_EQ(a.planned_stats().hits, 8u);
+}
+
 }  // namespace
 }  // namespace modelmem::alloc

@@ -91,6 +91,35 @@ TEST(PlannedConfig, HugePagesForTheArenaCanBeTurnedOff) {
   EXPECT_TRUE(listed);
 }
 
+TEST(PlannedConfig, DeferralIsOnByDefaultAndOffForReplays) {
+  Built b = build(parse_config("strategy:planned"));
+  auto* planned = dynamic_cast<PlannedAllocator*>(b.allocator.get());
+  ASSERT_NE(planned, nullptr);
+  EXPECT_TRUE(planned->options().defer_plans);
+  Built r = build(parse_config(for_replay("strategy:planned")));
+  planned = dynamic_cast<PlannedAllocator*>(r.allocator.get());
+  ASSERT_NE(planned, nullptr);
+  EXPECT_FALSE(planned->options().defer_plans);
+  EXPECT_NE(planned_error_of("strategy:caching,planned_defer:False").find("planned_defer"),
+            std::string::npos);
+}
+
+TEST(PlannedConfig, ForReplayAddsOnlyWhatAppliesAndWasNotGiven) {
+  EXPECT_EQ(for_replay("strategy:planned"),
+            "strategy:planned,planned_defer:False,cache_decay_ms:0");
+  EXPECT_EQ(for_replay("strategy:planned,planned_fallback:direct"),
+            "strategy:planned,planned_fallback:direct,planned_defer:False");
+  EXPECT_EQ(for_replay("strategy:planned,planned_defer:True,cache_decay_ms:5"),
+            "strategy:planned,planned_defer:True,cache_decay_ms:5");
+  EXPECT_EQ(for_replay(""), "cache_decay_ms:0");  // the default strategy is caching
+  EXPECT_EQ(for_replay("strategy:static"), "strategy:static");
+  EXPECT_EQ(for_replay("strategy:system"), "strategy:system");
+  // Every result is a valid configuration.
+  for (const char* text : {"strategy:planned", "", "strategy:caching,expandable_segments:True"})
+    EXPECT_NO_THROW(build(parse_config(for_replay(text)))) << text;
+  EXPECT_THROW(for_replay("strategy:magic"), InvalidInput);
+}
+
 TEST(DirectAllocator, EveryBlockIsASegmentReturnedOnFree) {
   Built b = build(parse_config("strategy:planned"));
   auto device = b.device;

@@ -82,4 +82,10 @@ std::string config_report(const std::string& text, const std::string& from);
 /// `modelmem config --keys`: every key as a Markdown table (key, default, values, meaning).
 std::string keys_markdown();
 
+/// `text` (a valid configuration) with what makes a replay of a trace independent of the
+/// machine's speed and load, for each key that applies and that `text` does not give:
+/// planned_defer:False (a step mark waits for its plan) and cache_decay_ms:0 (nothing cached goes
+/// back by age). `modelmem replay` and the sizing layer's replays use it.
+std::string for_replay(std::string_view text);
+
 }  // namespace modelmem::config

@@ -104,8 +104,9 @@ ReplayReport run_replay(const ReplayRequest& request);
 std::string to_text(const ReplayReport& report);
 nlohmann::json to_json(const ReplayReport& report);
 
-/// The allocator a config string builds (config::build), for `replay --config`. Throws
-/// InvalidInput naming the key for a bad string.
+/// The allocator a config string builds (config::build), for `replay --config`, with
+/// config::for_replay's settings where the string gives none (a step mark waits for its plan,
+/// nothing goes back by age). Throws InvalidInput naming the key for a bad string.
 std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config);
 
 }  // namespace modelmem::trace
