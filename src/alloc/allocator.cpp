@@ -9,12 +9,16 @@
 #include <thread>
 
 #include "modelmem/alloc/pool_router.hpp"
+#include "modelmem/alloc/unchecked_scope.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 namespace {
 
+thread_local bool t_unchecked = false;  // an UncheckedScope lives on this thread
+
 bool invariant_checks_wanted() noexcept {
+  if (t_unchecked) return false;
 #ifdef MODELMEM_CHECK_INVARIANTS
   return true;
 #else
@@ -39,6 +43,13 @@ std::uint64_t this_thread_id() noexcept {
 }
 
 Allocator::Allocator() : checking_(invariant_checks_wanted()) {}
+
+UncheckedScope::UncheckedScope() noexcept : previous_(t_unchecked) {
+  t_unchecked = true;
+}
+UncheckedScope::~UncheckedScope() {
+  t_unchecked = previous_;
+}
 
 void Allocator::attach(Listener* listener, bool outer) noexcept {
   outer_.store(outer || listener == nullptr, std::memory_order_relaxed);

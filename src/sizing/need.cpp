@@ -13,6 +13,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "modelmem/alloc/unchecked_scope.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/bytes.hpp"
@@ -254,6 +255,7 @@ trace::Trace allocation_sequence(const model::ModelPlan& plan, std::size_t infer
 bool serves(const trace::Trace& sequence, const std::string& config_text, std::size_t quota_mib,
             std::size_t* peak_reserved) {
   const std::size_t quota = checked_mul(quota_mib, kMiB, "quota");
+  const alloc::UncheckedScope unchecked;  // a measurement, repeated: see unchecked_scope.hpp
   config::Config c = config::parse_config(fmt::format("{},pools:[need:{}],default_pool:need",
                                                       config::for_replay(config_text), quota_mib));
   config::Built built = config::build(c, std::make_shared<AddressDevice>(quota));

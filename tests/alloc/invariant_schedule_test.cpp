@@ -14,6 +14,7 @@
 #include "modelmem/alloc/direct_allocator.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/alloc/unchecked_scope.hpp"
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
@@ -87,6 +88,30 @@ TEST(InvariantSchedule, WalksEveryOperationWhileSmallThenInProportionToTheSize) 
   EXPECT_EQ(a->walks, Allocator::kWalkBudget);  // small: every operation walked
   EXPECT_EQ(a->local_checks, Allocator::kWalkBudget);
   for (void* p : blocks) a->deallocate(p);
+}
+
+// Allocators made inside an UncheckedScope (the sizing layer's replays) skip every check; the
+// scope ends with its block and nests.
+TEST(InvariantSchedule, AnUncheckedScopeTurnsTheChecksOffForWhatItConstructs) {
+  ::setenv("MODELMEM_CHECK_INVARIANTS", "1", 1);
+  std::unique_ptr<Counted> inside, nested, after;
+  {
+    const UncheckedScope outer;
+    {
+      const UncheckedScope inner;
+      nested = std::make_unique<Counted>();
+    }
+    inside = std::make_unique<Counted>();
+  }
+  after = std::make_unique<Counted>();
+  ::unsetenv("MODELMEM_CHECK_INVARIANTS");
+  for (Counted* a : {inside.get(), nested.get(), after.get()}) a->deallocate(a->allocate(16));
+  inside->read_counts();
+  nested->read_counts();
+  after->read_counts();
+  EXPECT_EQ(inside->local_checks + inside->walks, 0u);
+  EXPECT_EQ(nested->local_checks + nested->walks, 0u);
+  EXPECT_EQ(after->local_checks, 2u);  // the scope is over: checked again
 }
 
 TEST(InvariantSchedule, ALongRunStaysLinear) {
