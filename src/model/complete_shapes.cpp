@@ -41,16 +41,6 @@ bool broadcast_into(Dims& a, const Dims& b) {
   return true;
 }
 
-std::optional<Dims> settled_dims(const onnx::TypeProto& type) {
-  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return std::nullopt;
-  Dims dims;
-  for (const auto& d : type.tensor_type().shape().dim()) {
-    if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
-    dims.push_back(d.dim_value());
-  }
-  return dims;
-}
-
 }  // namespace
 
 std::optional<Dims> einsum_dims(const std::string& equation, const std::vector<Dims>& inputs) {
@@ -130,7 +120,7 @@ std::size_t complete_shapes(onnx::GraphProto& graph) {
     types[t.name()] = t.data_type();
   }
   auto note = [&](const onnx::ValueInfoProto& vi) {
-    if (auto d = settled_dims(vi.type())) shapes.emplace(vi.name(), std::move(*d));
+    if (auto d = static_dims(vi.type())) shapes.emplace(vi.name(), std::move(*d));
     if (vi.type().tensor_type().has_elem_type())
       types.emplace(vi.name(), vi.type().tensor_type().elem_type());
   };
@@ -176,6 +166,16 @@ std::size_t complete_shapes(onnx::GraphProto& graph) {
     ++settled;
   }
   return settled;
+}
+
+std::optional<std::vector<std::int64_t>> static_dims(const onnx::TypeProto& type) {
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return std::nullopt;
+  std::vector<std::int64_t> dims;
+  for (const auto& d : type.tensor_type().shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
+    dims.push_back(d.dim_value());
+  }
+  return dims;
 }
 
 }  // namespace modelmem::model::detail

@@ -19,6 +19,10 @@ namespace modelmem::model::detail {
 std::optional<std::vector<std::int64_t>> einsum_dims(
     const std::string& equation, const std::vector<std::vector<std::int64_t>>& inputs);
 
+/// The dims of a tensor type whose every dim is a known value >= 0; nullopt otherwise (no shape,
+/// a symbolic or missing dim).
+std::optional<std::vector<std::int64_t>> static_dims(const onnx::TypeProto& type);
+
 /// Writes the static shape of each Einsum output whose inputs' shapes are static and whose own
 /// shape is not, into the graph's value_info. Returns how many it settled.
 std::size_t complete_shapes(onnx::GraphProto& graph);

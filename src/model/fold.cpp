@@ -3,6 +3,8 @@
 // removes it.
 #include "model/fold.hpp"
 
+#include "model/complete_shapes.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -129,16 +131,6 @@ std::optional<std::vector<Value>> evaluate(const onnx::NodeProto& node, int opse
     return one(std::move(r));
   }
   return std::nullopt;
-}
-
-std::optional<Dims> static_dims(const onnx::TypeProto& type) {
-  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return std::nullopt;
-  Dims dims;
-  for (const auto& d : type.tensor_type().shape().dim()) {
-    if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
-    dims.push_back(d.dim_value());
-  }
-  return dims;
 }
 
 }  // namespace
