@@ -141,13 +141,20 @@ struct PlannedAllocator::Impl {
 
   // The solver (or the caller's planner) as the worker runs it: a valid plan or none. The
   // solver's own search stops at 80% of planned_solve_ms, so that a plan found in time is
-  // usually taken at the step mark that asked for it.
+  // usually taken at the step mark that asked for it. Where a step mark waits for its plan
+  // (planned_defer:False, as replays and sizing run), that 80% is counted in search work
+  // instead (plan::exact_work_for), so that the plan, and every figure a replay prints, is the
+  // same at any load; the clock then stops the search only at twenty times the limit.
   detail::PlanJob::Planner planner_of() const {
     auto own = options.planner;
     std::shared_ptr<plan::Solver> solver;
     if (!own) solver = plan::make_solver(options.solver);
     plan::SolveOptions so;
     so.time_limit = options.solve_time_limit * 0.8;
+    if (!options.defer_plans) {
+      so.work_budget = plan::exact_work_for(so.time_limit);
+      so.time_limit *= 20;
+    }
     return [own, solver, so](const plan::Problem& problem) -> std::optional<plan::Plan> {
       std::optional<plan::Plan> result;
       if (own) {

@@ -278,9 +278,9 @@ std::vector<KeySpec> core_keys() {
         "finished on a worker thread and taken at a later step mark"},
        check_solve_ms},
       {{"planned_defer", "True", "True | False",
-        "planned: False makes a step mark wait for its plan however long it takes (the "
-        "solver's search limit is unchanged), so nothing depends on the machine's load; "
-        "replay and sizing use False"},
+        "planned: False makes a step mark wait for its plan however long it takes, the "
+        "solver's search limit counted in search work instead of time, so nothing depends "
+        "on the machine's load; replay and sizing use False"},
        check_bool},
       {{"planned_min_kb", "0", "whole number of KiB < 2^54",
         "planned: requests below this many KiB go to the fallback, outside every step"},

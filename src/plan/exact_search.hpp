@@ -2,11 +2,13 @@
 // problem. Not a public header.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <unordered_map>
 #include <vector>
 
@@ -14,19 +16,27 @@
 
 namespace modelmem::plan::detail {
 
-/// Shared stop condition of one solve() call: a deadline and an optional node limit.
+/// Shared stop condition of one solve() call: a deadline, an optional node limit and an optional
+/// work limit. Work is nodes weighted by the size of the part searched (a node's cost grows with
+/// it), so that a work limit stands for about the same time on every problem. Each attempt may end
+/// sooner, at its own time or at its own amount of work.
 class SearchBudget {
  public:
   using Clock = std::chrono::steady_clock;
-  SearchBudget(Clock::time_point deadline, std::uint64_t node_limit,
+  static constexpr std::uint64_t kNoEnd = std::numeric_limits<std::uint64_t>::max();
+  SearchBudget(Clock::time_point deadline, std::uint64_t node_limit, std::uint64_t work_limit,
                std::function<void()> heartbeat)
-      : deadline_(deadline), node_limit_(node_limit), heartbeat_(std::move(heartbeat)) {}
+      : deadline_(deadline),
+        node_limit_(node_limit),
+        work_limit_(work_limit),
+        heartbeat_(std::move(heartbeat)) {}
 
   /// Counts one node; false once the budget is spent (and from then on).
   bool tick() {
     if (stopped_) return false;
     ++nodes_;
-    if (node_limit_ != 0 && nodes_ >= node_limit_) return stop();
+    work_ += weight_;
+    if (exhausted_nodes() || work_ >= attempt_work_end_) return stop();
     if ((nodes_ & 15u) == 0) {  // a node costs microseconds: the clock read is cheap here
       auto now = Clock::now();
       if (now >= deadline_ || now >= attempt_deadline_) return stop();
@@ -38,15 +48,22 @@ class SearchBudget {
     return true;
   }
   bool stopped() const noexcept { return stopped_; }
-  /// Starts an attempt that may run until `until` (clipped to the overall deadline).
-  void begin_attempt(Clock::time_point until) {
+  /// Starts an attempt on a part of `weight` buffers that may run until `until` (clipped to the
+  /// overall deadline) and until the work done reaches `work_end`.
+  void begin_attempt(Clock::time_point until, std::size_t weight, std::uint64_t work_end = kNoEnd) {
     attempt_deadline_ = until;
-    stopped_ = false;
-    if (node_limit_ != 0 && nodes_ >= node_limit_) stopped_ = true;
+    attempt_work_end_ = work_end;
+    weight_ = std::max<std::uint64_t>(weight, 1);
+    stopped_ = exhausted_nodes();
   }
   bool out_of_time() const { return Clock::now() >= deadline_ || exhausted_nodes(); }
-  bool exhausted_nodes() const { return node_limit_ != 0 && nodes_ >= node_limit_; }
+  /// The node limit or the work limit is reached.
+  bool exhausted_nodes() const {
+    return (node_limit_ != 0 && nodes_ >= node_limit_) ||
+           (work_limit_ != 0 && work_ >= work_limit_);
+  }
   std::uint64_t nodes() const noexcept { return nodes_; }
+  std::uint64_t work() const noexcept { return work_; }
   Clock::time_point deadline() const noexcept { return deadline_; }
 
  private:
@@ -58,7 +75,11 @@ class SearchBudget {
   Clock::time_point attempt_deadline_ = Clock::time_point::max();
   Clock::time_point next_heartbeat_{};
   std::uint64_t node_limit_;
+  std::uint64_t work_limit_;
+  std::uint64_t attempt_work_end_ = kNoEnd;
+  std::uint64_t weight_ = 1;
   std::uint64_t nodes_ = 0;
+  std::uint64_t work_ = 0;
   bool stopped_ = false;
   std::function<void()> heartbeat_;
 };

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "modelmem/core/error.hpp"
 #include "plan/brute_force.hpp"
@@ -190,6 +192,41 @@ TEST(ExactSolver, NodeLimitStopsADecision) {
   } else {
     EXPECT_TRUE(validate(p, *r.plan));
     EXPECT_LE(r.plan->arena_size, *p.capacity);
+  }
+}
+
+// A work budget makes the search independent of the clock: the same plan whether the machine is
+// idle or every core is busy, and the search ends on its count (its note says so), not at the
+// (here far away) time limit. `best` passes the budget on to its search.
+TEST(ExactSolver, AWorkBudgetGivesTheSamePlanAtAnyLoad) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> start(0, 199), len(1, 40), size(1, 97);
+  Problem p;
+  for (int i = 0; i < 400; ++i) {
+    Time s = start(rng);
+    p.buffers.push_back(
+        {std::to_string(i), static_cast<std::size_t>(size(rng)) * 8, s, s + len(rng)});
+  }
+  SolveOptions o = quick(600);
+  o.work_budget = exact_work_for(std::chrono::milliseconds(100));
+  for (const char* name : {"exact", "best"}) {
+    SolveResult idle = make_solver(name)->solve(p, o);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> spinners;
+    for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+      spinners.emplace_back([&stop] {
+        volatile std::uint64_t x = 0;
+        while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+      });
+    SolveResult busy = make_solver(name)->solve(p, o);
+    stop = true;
+    for (auto& t : spinners) t.join();
+    ASSERT_TRUE(idle.plan && busy.plan) << name;
+    EXPECT_EQ(idle.plan->offsets, busy.plan->offsets) << name;
+    EXPECT_EQ(idle.lower_bound, busy.lower_bound) << name;
+    ASSERT_FALSE(idle.proven_optimal) << name << ": the problem must be hard for the budget";
+    EXPECT_NE(idle.note.find("node limit reached"), std::string::npos) << name << ": " << idle.note;
+    EXPECT_EQ(busy.note, idle.note) << name;
   }
 }
 

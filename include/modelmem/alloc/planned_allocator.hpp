@@ -75,9 +75,10 @@ struct PlannedOptions {
   /// it is ready (PlannedStats::plans_deferred). The solver's own search gets 80% of the limit.
   std::string solver = "best";
   std::chrono::duration<double> solve_time_limit = std::chrono::milliseconds(500);
-  /// false: a step mark waits for its plan however long the solver takes (its search limit
-  /// stays solve_time_limit's 80%), so what is served never depends on the machine's speed or
-  /// load. Replays and sizing set it (config::for_replay): a program spends far longer per step
+  /// false: a step mark waits for its plan however long the solver takes, and the solver's
+  /// search limit (solve_time_limit's 80%) is counted in search work, not on the clock
+  /// (plan::SolveOptions::work_budget), so what is served never depends on the machine's speed
+  /// or load. Replays and sizing set it (config::for_replay): a program spends far longer per step
   /// than a replay, so there a deferred plan is ready at the next step mark anyway.
   bool defer_plans = true;
   /// Replaces the solver when set (tests, callers with their own planner). Must return a plan
