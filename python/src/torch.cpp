@@ -389,6 +389,7 @@ std::string report_text() {
           "{} missed, {} outside the plans\n",
           "planned", ps.steps, ps.plans_made, format_bytes(ps.arena_size), ps.hits, ps.misses,
           ps.unplanned);
+      if (!ps.no_plan.empty()) out += fmt::format("{:<14} {}\n", "no plan", ps.no_plan);
     }
     for (const auto& w : st.warnings) out += fmt::format("{:<14} {}\n", "warning", w);
     return out;

@@ -556,6 +556,60 @@ TEST(PlannedArena, StatsAndDescribe) {
   EXPECT_EQ(a.planned_stats().peak_live, 300000u);
 }
 
+// Until a plan serves the steps, the statistics say what the arena waits for, stage by stage:
+// marks, the warm-up, the step being watched; then nothing. With automatic steps: the pattern,
+// then the first whole step. (MODELMEM_REPORT and Python's report() print it.)
+TEST(PlannedArena, SaysWhyNoPlanServesTheStepsYet) {
+  Fixture f;
+  auto why = [](const PlannedAllocator& a) { return a.planned_stats().no_plan; };
+  auto has = [](const std::string& text, const char* part) {
+    return text.find(part) != std::string::npos;
+  };
+  {
+    PlannedAllocator a(f.options());  // marked steps, one warm-up step
+    void* early = a.allocate(4096);
+    EXPECT_TRUE(has(why(a), "no step marked")) << why(a);
+    EXPECT_TRUE(has(why(a), "1 requests so far")) << why(a);
+    a.deallocate(early);
+    a.begin_step();
+    a.deallocate(a.allocate(300000));
+    a.end_step();
+    EXPECT_TRUE(has(why(a), "1 of 1 warm-up step(s) ended")) << why(a);
+    a.begin_step();
+    a.deallocate(a.allocate(300000));
+    EXPECT_TRUE(has(why(a), "has not ended yet")) << why(a);
+    a.end_step();
+    EXPECT_EQ(why(a), "");
+    EXPECT_EQ(a.planned_stats().plans_made, 1u);
+  }
+  {
+    PlannedOptions o = f.options();
+    o.min_size = 1 << 20;  // every request below it: nothing to plan
+    PlannedAllocator a(o);
+    for (int i = 0; i < 3; ++i) {
+      a.begin_step();
+      a.deallocate(a.allocate(4096));
+      a.end_step();
+    }
+    EXPECT_TRUE(has(why(a), "no request of at least planned_min_kb (1024 KiB)")) << why(a);
+  }
+  {
+    PlannedOptions o = f.options();
+    o.auto_steps = true;
+    PlannedAllocator a(o);
+    const std::size_t sizes[] = {4096, 8192, 12288, 16384, 20480};
+    std::size_t n = 0;
+    for (; n < 10; ++n) a.deallocate(a.allocate(sizes[n % 5]));
+    EXPECT_TRUE(has(why(a), "no repeating step found in 10 requests")) << why(a);
+    while (a.planned_stats().period == 0 && n < 1000) a.deallocate(a.allocate(sizes[n++ % 5]));
+    ASSERT_EQ(a.planned_stats().period, 5u);
+    EXPECT_TRUE(has(why(a), "a repeating step of 5 requests was found")) << why(a);
+    for (int i = 0; i < 10; ++i) a.deallocate(a.allocate(sizes[n++ % 5]));
+    EXPECT_EQ(why(a), "");
+    EXPECT_GE(a.planned_stats().hits, 1u);
+  }
+}
+
 // A device that records the large-page hints it gets and answers them as told.
 class HintDevice : public MmapDevice {
  public:

@@ -97,6 +97,19 @@ TEST_F(Preload, RepeatingStepsAreLearnedAndServedFromTheArena) {
         << r.out;
 }
 
+// Four steps are too few to find the repeating step: no plan, and the report says why.
+TEST_F(Preload, TheReportSaysWhyNoPlanWasMade) {
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " four-steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(number_after(r.out, "hits"), 0) << r.out;
+  EXPECT_NE(r.out.find("  no plan           no repeating step found in "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("mark the steps (modelmem_step_begin/end"), std::string::npos) << r.out;
+  r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("no plan"), std::string::npos) << r.out;
+}
+
 TEST_F(Preload, HugePagesForTheArenaCanBeTurnedOff) {
   Result r = run(preload_env("strategy:planned,planned_huge_pages:false") + " MODELMEM_REPORT=1",
                  kCheck + " steps");

@@ -112,6 +112,10 @@ struct PlannedStats {
                                        ///< that took their plan
   std::uintptr_t arena_address = 0;    ///< the current arena's first byte, 0 before a plan
   bool huge_pages_asked = false;       ///< planned_huge_pages was on
+  /// Why no plan serves the steps, in words, for the reports: what the arena waits for (steps
+  /// marked or found, the warm-up, the first whole step, a plan still being made, plans refused).
+  /// Empty while a plan is held.
+  std::string no_plan;
 };
 
 /// Statistics with PyTorch's names where they match (torch.cuda.memory_stats()).
