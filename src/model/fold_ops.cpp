@@ -112,6 +112,40 @@ std::optional<Value> with_dims(Value v, Dims dims) {
   return v;
 }
 
+// Elements between one index and the next along each axis of a row-major tensor of `dims`.
+Dims row_major_strides(const Dims& dims) {
+  Dims stride(dims.size(), 1);
+  for (std::size_t d = dims.size(); d-- > 1;) stride[d - 1] = stride[d] * dims[d];
+  return stride;
+}
+
+// The tensor of `dims` whose element at index i is data's element at
+// base + sum over d of i[d] * walk[d] (a slice, a transpose: a strided view of `data`, copied).
+// The caller has checked that every such element lies inside `data`.
+Value gather_strided(const Value& data, const Dims& dims, std::int64_t base, const Dims& walk) {
+  Value r;
+  r.dtype = data.dtype;
+  r.dims = dims;
+  const std::size_t n = element_count(dims).value_or(0);
+  const std::size_t rank = dims.size();
+  Dims idx(rank, 0);
+  std::int64_t src = base;  // kept equal to base + sum of idx[d] * walk[d]
+  for (std::size_t k = 0; k < n; ++k) {
+    if (data.is_real()) {
+      r.reals.push_back(data.reals[static_cast<std::size_t>(src)]);
+    } else {
+      r.ints.push_back(data.ints[static_cast<std::size_t>(src)]);
+    }
+    for (std::size_t d = rank; d-- > 0;) {
+      src += walk[d];
+      if (++idx[d] < dims[d]) break;
+      src -= walk[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 std::optional<Value> binary(const std::string& op, const Value& a, const Value& b) {
@@ -292,26 +326,14 @@ std::optional<Value> slice(const Value& data, const Dims& starts, const Dims& en
   }
   auto n = element_count(dims);
   if (!n) return std::nullopt;
-  Dims stride(rank, 1);
-  for (std::size_t d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * data.dims[d + 1];
-  Value r;
-  r.dtype = data.dtype;
-  r.dims = dims;
-  Dims idx(rank, 0);
-  for (std::size_t k = 0; k < *n; ++k) {
-    std::int64_t src = 0;
-    for (std::size_t d = 0; d < rank; ++d) src += (first[d] + idx[d] * step[d]) * stride[d];
-    if (data.is_real()) {
-      r.reals.push_back(data.reals[static_cast<std::size_t>(src)]);
-    } else {
-      r.ints.push_back(data.ints[static_cast<std::size_t>(src)]);
-    }
-    for (std::size_t d = rank; d-- > 0;) {
-      if (++idx[d] < dims[d]) break;
-      idx[d] = 0;
-    }
+  const Dims stride = row_major_strides(data.dims);
+  std::int64_t base = 0;
+  Dims walk(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    base += first[d] * stride[d];
+    walk[d] = step[d] * stride[d];
   }
-  return r;
+  return gather_strided(data, dims, base, walk);
 }
 
 std::optional<Value> transpose(const Value& data, const std::optional<Dims>& perm) {
@@ -329,27 +351,13 @@ std::optional<Value> transpose(const Value& data, const std::optional<Dims>& per
     seen[*ax] = true;
     a = *ax;
   }
-  Dims stride(rank, 1), dims(rank);
-  for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * data.dims[d];
-  for (std::size_t d = 0; d < rank; ++d) dims[d] = data.dims[p[d]];
-  Value r;
-  r.dtype = data.dtype;
-  r.dims = dims;
-  Dims idx(rank, 0);
-  for (std::size_t k = 0; k < data.count(); ++k) {
-    std::int64_t src = 0;
-    for (std::size_t d = 0; d < rank; ++d) src += idx[d] * stride[p[d]];
-    if (data.is_real()) {
-      r.reals.push_back(data.reals[static_cast<std::size_t>(src)]);
-    } else {
-      r.ints.push_back(data.ints[static_cast<std::size_t>(src)]);
-    }
-    for (std::size_t d = rank; d-- > 0;) {
-      if (++idx[d] < dims[d]) break;
-      idx[d] = 0;
-    }
+  const Dims stride = row_major_strides(data.dims);
+  Dims dims(rank), walk(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    dims[d] = data.dims[p[d]];
+    walk[d] = stride[p[d]];
   }
-  return r;
+  return gather_strided(data, dims, 0, walk);
 }
 
 std::optional<Value> reshape(const Value& data, const Value& shape, bool allow_zero) {
