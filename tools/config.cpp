@@ -3,7 +3,6 @@
 // builds the allocator stack exactly as a program would, and prints what it got: every key's
 // effective value, the device, the virtual-memory probe and any fallback taken.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "command.hpp"

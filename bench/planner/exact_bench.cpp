@@ -5,11 +5,9 @@
 // total time.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "modelmem/core/error.hpp"
 #include "modelmem/plan/exact.hpp"
 #include "modelmem/plan/plan_io.hpp"
 

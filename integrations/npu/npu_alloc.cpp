@@ -14,10 +14,8 @@
 // lets an exception out. The stacks are never destroyed: at interpreter exit the runtime may
 // already be finalised, and the driver reclaims everything anyway.
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "modelmem/config/config.hpp"

@@ -16,7 +16,6 @@
 
 #include "cache_glue.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
-#include "next_allocator.hpp"
 #include "report.hpp"
 #include "state.hpp"
 #include "strategy.hpp"

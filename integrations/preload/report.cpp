@@ -2,11 +2,9 @@
 // calls on stderr). The trace file is trace_file.cpp's.
 #include "report.hpp"
 
-#include <errno.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 
 #include "cache_glue.hpp"
 #include "modelmem/core/bytes.hpp"

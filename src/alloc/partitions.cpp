@@ -8,7 +8,6 @@
 
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/core/error.hpp"
-#include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
 #include "modelmem/plan/plan_file.hpp"
 

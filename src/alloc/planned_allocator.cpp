@@ -2,12 +2,8 @@
 // its invariants: planned_invariants.cpp).
 #include "modelmem/alloc/planned_allocator.hpp"
 
-#include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <sstream>
 #include <vector>
 

@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "modelmem/alloc/planned_allocator.hpp"
-#include "modelmem/core/error.hpp"
 
 namespace modelmem::alloc {
 namespace {

@@ -2,7 +2,6 @@
 // whichever thread made the block; the pools themselves do the work, outside the router's lock.
 #include "modelmem/alloc/pool_router.hpp"
 
-#include <algorithm>
 #include <set>
 
 #include "invariant_probe.hpp"

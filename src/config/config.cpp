@@ -11,11 +11,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "modelmem/core/error.hpp"

@@ -21,7 +21,6 @@
 #include "modelmem/device/host.hpp"
 #include "modelmem/device/limited.hpp"
 #include "modelmem/plan/plan_file.hpp"
-#include "modelmem/plan/solver.hpp"
 
 namespace modelmem::config {
 

@@ -22,7 +22,6 @@
 #include "exact_search.hpp"
 
 #include <algorithm>
-#include <map>
 #include <numeric>
 #include <tuple>
 

@@ -7,10 +7,8 @@
 // arena grows.
 #include <algorithm>
 #include <limits>
-#include <numeric>
 #include <optional>
 
-#include "modelmem/core/error.hpp"
 #include "modelmem/core/free_list.hpp"
 #include "plan/placement.hpp"
 #include "plan/time_sort.hpp"

@@ -3,7 +3,6 @@
 // handful costs little. The effort is bounded by counting the placed buffers the placement
 // scans look at, not by a clock, so results are deterministic and the same on every machine.
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <functional>
 #include <memory>

@@ -3,14 +3,11 @@
 // steps) replayed through one pool's stack at the smallest whole-MiB quota that serves it.
 #include "modelmem/sizing/serving_need.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <tuple>
 #include <vector>
 
 #include "modelmem/core/checked.hpp"
-#include "modelmem/core/error.hpp"
 #include "modelmem/model/checkpoint.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/kv_cache.hpp"

@@ -1,7 +1,6 @@
 // The trace recorder (trace/recorder.hpp): a Listener that keeps events in a lock-free ring
 // and writes them as CSV lines, from a signal handler too.
 #include <errno.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>

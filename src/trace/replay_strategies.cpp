@@ -1,6 +1,5 @@
 // The strategies `modelmem replay` knows: one entry each.
 #include "modelmem/alloc/caching_allocator.hpp"
-#include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/static_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/config/config.hpp"

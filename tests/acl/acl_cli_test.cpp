@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>

@@ -9,7 +9,6 @@
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/device/host.hpp"
-#include "modelmem/device/limited.hpp"
 
 namespace modelmem::alloc {
 

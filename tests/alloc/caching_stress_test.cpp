@@ -16,7 +16,6 @@
 #include "alloc/pool_invariants.hpp"
 #include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/core/bytes.hpp"
-#include "modelmem/core/error.hpp"
 #include "modelmem/device/host.hpp"
 
 namespace modelmem::alloc {

@@ -1,8 +1,6 @@
 // `modelmem config` as a user runs it: exit codes, the printed stack, the fallback line.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>

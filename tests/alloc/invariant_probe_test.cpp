@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "alloc/invariant_probe.hpp"
-#include "modelmem/alloc/caching_allocator.hpp"
 #include "modelmem/alloc/direct_allocator.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/pool_router.hpp"

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "alloc/invariant_probe.hpp"
-#include "modelmem/alloc/direct_allocator.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/alloc/unchecked_scope.hpp"

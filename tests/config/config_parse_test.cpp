@@ -6,7 +6,6 @@
 #include <string>
 
 #include "modelmem/alloc/static_allocator.hpp"
-#include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
 #include "modelmem/core/bytes.hpp"

@@ -1,7 +1,6 @@
 // End to end: the example models through every solver, the JSON and HTML outputs, buckets,
 // padding, precision, presets, and the `modelmem plan` command's output and exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <unistd.h>
 #include <cstdio>
@@ -13,7 +12,6 @@
 #include "modelmem/model/buckets.hpp"
 #include "modelmem/model/family.hpp"
 #include "modelmem/model/order.hpp"
-#include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/render.hpp"
 #include "modelmem/model/solve.hpp"
 #include "support/command.hpp"

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "modelmem/core/error.hpp"

@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 
-#include "modelmem/plan/heuristics.hpp"
 #include "plan/brute_force.hpp"
 #include "plan/placement.hpp"
 #include "plan/random_problem.hpp"

@@ -18,7 +18,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "modelmem/trace/trace.hpp"

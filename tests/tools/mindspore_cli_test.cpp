@@ -4,7 +4,6 @@
 // malformed files are one line naming the file, the line and the column.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>

@@ -1,7 +1,6 @@
 // Runs `modelmem plan` (and the tool's command-line handling) as a user would: the report's
 // figures, several models sharing a device, and every bad input: exit code 2, one line on
 // stderr, nothing on stdout.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>

@@ -1,5 +1,4 @@
 // Runs the `modelmem solve` command as a user would and checks output, files and exit codes.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -7,9 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "modelmem/plan/plan_file.hpp"

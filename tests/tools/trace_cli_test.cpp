@@ -2,14 +2,11 @@
 // that analyze advises on every shared trace (and the bundled example) is accepted by `config`
 // and replays with no OOM; the numbers of a report add up; bad input is one line, exit code 2,
 // and nothing else printed.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -5,9 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <thread>
 #include <unordered_map>
 

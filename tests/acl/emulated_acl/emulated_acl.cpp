@@ -28,7 +28,6 @@
 // Test hooks (not ACL functions): modelmem_emulated_acl_reset, _fail, _calls, _state.
 #include <sys/mman.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
