@@ -39,6 +39,21 @@ SolveOptions quick(double seconds = 5) {
   return o;
 }
 
+// `n` random buffers: starts in [0, horizon), lifetimes 1 to max_len, sizes `unit` times 1 to
+// max_units.
+Problem random_problem(std::uint64_t seed, int n, int horizon, int max_len, int max_units,
+                       std::size_t unit) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> start(0, horizon - 1), len(1, max_len), size(1, max_units);
+  Problem p;
+  for (int i = 0; i < n; ++i) {
+    const Time s = start(rng);
+    p.buffers.push_back(
+        {std::to_string(i), static_cast<std::size_t>(size(rng)) * unit, s, s + len(rng)});
+  }
+  return p;
+}
+
 }  // namespace
 
 TEST(ExactSolver, MatchesBruteForceOnTinyProblems) {
@@ -141,14 +156,7 @@ TEST(ExactSolver, StartsFromTheCallersPlanAndReportsProgress) {
 
 TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
   // 600 random buffers: far too many to prove optimal in 0.2 s.
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int> start(0, 999), len(1, 200), size(1, 1000);
-  Problem p;
-  for (int i = 0; i < 600; ++i) {
-    Time s = start(rng);
-    p.buffers.push_back(
-        {std::to_string(i), static_cast<std::size_t>(size(rng)) * 64, s, s + len(rng)});
-  }
+  Problem p = random_problem(11, 600, 1000, 200, 1000, 64);
   // exact seeds itself from the heuristics before its clock-limited search. Their cost depends
   // on the build (sanitizers) and the machine's load, so it is measured here and allowed for;
   // what must hold is that the search itself stops near its 0.2 s limit instead of running on.
@@ -173,13 +181,7 @@ TEST(ExactSolver, RespectsTheTimeLimitOnAHardProblem) {
 }
 
 TEST(ExactSolver, NodeLimitStopsADecision) {
-  std::mt19937_64 rng(3);
-  std::uniform_int_distribution<int> start(0, 99), len(1, 30), size(1, 50);
-  Problem p;
-  for (int i = 0; i < 200; ++i) {
-    Time s = start(rng);
-    p.buffers.push_back({std::to_string(i), static_cast<std::size_t>(size(rng)), s, s + len(rng)});
-  }
+  Problem p = random_problem(3, 200, 100, 30, 50, 1);
   p.capacity = lower_bound(p);
   ExactOptions opts;
   opts.node_limit = 50;
@@ -197,14 +199,7 @@ TEST(ExactSolver, NodeLimitStopsADecision) {
 // idle or every core is busy, and the search ends on its count (its note says so), not at the
 // (here far away) time limit. `best` passes the budget on to its search.
 TEST(ExactSolver, AWorkBudgetGivesTheSamePlanAtAnyLoad) {
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int> start(0, 199), len(1, 40), size(1, 97);
-  Problem p;
-  for (int i = 0; i < 400; ++i) {
-    Time s = start(rng);
-    p.buffers.push_back(
-        {std::to_string(i), static_cast<std::size_t>(size(rng)) * 8, s, s + len(rng)});
-  }
+  const Problem p = random_problem(11, 400, 200, 40, 97, 8);
   SolveOptions o = quick(600);
   o.work_budget = exact_work_for(std::chrono::milliseconds(100));
   for (const char* name : {"exact", "best"}) {

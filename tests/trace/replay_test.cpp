@@ -159,15 +159,23 @@ TEST(RunReplay, TheRequestIsCheckedBeforeTheTraceIsRead) {
   EXPECT_THROW(run_replay(request), InvalidInput);  // now the missing file
 }
 
+// A replay of a bundled trace (examples/traces/NAME.events.csv), pages not touched.
+ReplayRequest bundled(const std::string& name, const std::string& strategy,
+                      const std::string& config) {
+  ReplayRequest request;
+  request.trace =
+      (std::filesystem::path(MODELMEM_SOURCE_DIR) / "examples" / "traces" / (name + ".events.csv"))
+          .string();
+  request.strategy = strategy;
+  request.config = config;
+  request.options.touch = false;
+  return request;
+}
+
 TEST(RunReplay, AStrategyAndAConfigStringAreBothReplayed) {
   const auto path = std::filesystem::path(MODELMEM_SOURCE_DIR) / "examples" / "traces" /
                     "torch_resnet50.events.csv";
-  ReplayRequest request;
-  request.trace = path.string();
-  request.strategy = "static";
-  request.config = "strategy:caching";
-  request.options.touch = false;
-  ReplayReport report = run_replay(request);
+  ReplayReport report = run_replay(bundled("torch_resnet50", "static", "strategy:caching"));
   ASSERT_EQ(report.results.size(), 2u);
   EXPECT_EQ(report.results[0].strategy, "static");
   EXPECT_EQ(report.results[1].strategy, "config");
@@ -187,13 +195,8 @@ TEST(RunReplay, AStrategyAndAConfigStringAreBothReplayed) {
 // 50 ms limit, the search on the clock gave 27.88 MiB here with the spinners and 27.50 MiB idle
 // (and analyze's replay, at 500 ms, 27.62 MiB at load 24).
 TEST(RunReplay, APlannedReplayIsTheSameOnABusyMachine) {
-  const auto path = std::filesystem::path(MODELMEM_SOURCE_DIR) / "examples" / "traces" /
-                    "torch_bert_varlen.events.csv";
-  ReplayRequest request;
-  request.trace = path.string();
-  request.strategy = "config";
-  request.config = "strategy:planned,planned_steps:marked,planned_solve_ms:50";
-  request.options.touch = false;
+  const ReplayRequest request = bundled(
+      "torch_bert_varlen", "config", "strategy:planned,planned_steps:marked,planned_solve_ms:50");
   const ReplayReport idle = run_replay(request);
   std::atomic<bool> stop{false};
   std::vector<std::thread> spinners;
