@@ -154,6 +154,11 @@ void bind_device(py::module_& m) {
                     "what stops it: 'memory', \"model: table 'T' has N rows (NODE)\", or "
                     "'search: ...'")
       .def_readonly("probes", &FitResult::probes, "plans made")
+      .def_readonly("checked_above", &FitResult::checked_above,
+                    "values above value + 1 planned too, none of which fits (list of int)")
+      .def_readonly("not_monotone", &FitResult::not_monotone,
+                    "'DIM=A fits although DIM=B does not' where the need fell with a larger "
+                    "value; '' otherwise")
       .def_readonly("seconds", &FitResult::seconds)
       .def_property_readonly("device", &device_or_none,
                              "the DevicePlan at value (its quotas and configuration strings); "

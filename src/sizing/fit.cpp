@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <optional>
@@ -96,18 +97,54 @@ FitResult fit(const FitRequest& r) {
       hi_probe = std::move(p);
     }
   }
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    Probe p = probe(r, mid);
-    ++out.probes;
-    if (p.fits) {
-      lo = mid;
-      lo_probe = std::move(p);
-    } else {
-      hi = mid;
-      hi_probe = std::move(p);
+  // The need is not always monotone in the dim (the caching pool's segments and rounding: a
+  // larger batch can fit where a smaller one did not). Past the bisection, kAbove values between
+  // the value found and the first doubling that failed are planned too; one that fits starts
+  // the bisection again above it (at most kRestarts times).
+  constexpr int kAbove = 4, kRestarts = 2;
+  const std::int64_t ceiling = hi;
+  for (int round = 0;; ++round) {
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      Probe p = probe(r, mid);
+      ++out.probes;
+      if (p.fits) {
+        lo = mid;
+        lo_probe = std::move(p);
+      } else {
+        hi = mid;
+        hi_probe = std::move(p);
+      }
     }
+    if (round == kRestarts || hi_probe.limit) break;  // a model's table refuses every value above
+    out.checked_above.clear();
+    std::optional<std::int64_t> higher;
+    std::optional<Probe> higher_probe;
+    for (int k = kAbove; k >= 1 && !higher; --k) {
+      const std::int64_t v = hi + (ceiling - hi) * k / (kAbove + 1);
+      if (v <= hi || v >= ceiling || (!out.checked_above.empty() && v == out.checked_above.back()))
+        continue;
+      Probe p = probe(r, v);
+      ++out.probes;
+      if (p.limit) continue;  // refused by the model: not a memory figure
+      if (p.fits) {
+        higher = v;
+        higher_probe = std::move(p);
+      } else {
+        out.checked_above.push_back(v);
+      }
+    }
+    if (!higher) break;
+    out.not_monotone = fmt::format("{}={} fits although {}={} does not", r.dim, *higher, r.dim, hi);
+    lo = *higher;
+    lo_probe = std::move(*higher_probe);
+    hi = ceiling;
+    for (std::int64_t v : out.checked_above)
+      if (v > lo) hi = std::min(hi, v);
+    hi_probe = probe(r, hi);
+    ++out.probes;
   }
+  std::sort(out.checked_above.begin(), out.checked_above.end());
   out.value = lo;
   return finish(lo_probe, &hi_probe);
 }
@@ -150,6 +187,15 @@ std::string render_text(const FitResult& f) {
   else if (f.limit == "memory")
     line(fmt::format("  {}={:<10} need {}: does not fit", f.dim, f.value + 1,
                      model::bytes_text(f.next_need_bytes)));
+  if (!f.checked_above.empty()) {
+    std::string values;
+    for (std::int64_t v : f.checked_above)
+      values += fmt::format("{}{}", values.empty() ? "" : ", ", v);
+    line(fmt::format("  {}={}: {} either (planned too: the need is not always monotone)", f.dim,
+                     values, f.checked_above.size() > 1 ? "none fits" : "does not fit"));
+  }
+  if (!f.not_monotone.empty())
+    line(fmt::format("monotone       no: {}; the value printed is above both", f.not_monotone));
   line(fmt::format("limit          {}", f.limit));
   line(fmt::format("probes         {} plans in {:.2f} s", f.probes, f.seconds));
   if (f.found()) {
@@ -169,6 +215,8 @@ nlohmann::json fit_json(const FitResult& f) {
                       {"next_need_bytes", f.next_need_bytes},
                       {"limit", f.limit},
                       {"probes", f.probes},
+                      {"checked_above", f.checked_above},
+                      {"not_monotone", f.not_monotone},
                       {"seconds", f.seconds}};
   if (!f.model.empty()) j["model"] = f.model;
   return j;

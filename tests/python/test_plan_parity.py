@@ -132,7 +132,8 @@ def test_fit_is_the_clis_fit(case, cli_fits):
     f = modelmem.fit(path(stem), dim, memory, dims=others, **kw)
     j = json.loads(text)
     assert without_seconds(json.loads(f.to_json())) == without_seconds(json.loads(text))
-    for key in ("dim", "value", "need_bytes", "next_need_bytes", "limit", "probes", "model"):
+    for key in ("dim", "value", "need_bytes", "next_need_bytes", "limit", "probes", "model",
+                "checked_above", "not_monotone"):
         assert getattr(f, key) == j["fit"][key], key
     assert f.found == (rc == 0) == (f.value > 0)
     assert masked(f.report()) == masked(without_json_line(stdout))

@@ -58,6 +58,31 @@ TEST(Fit, TheValueFoundFitsAndTheNextDoesNotOnEveryBundledModel) {
   }
 }
 
+// The need is not monotone in the batch (the caching pool's segments): BERT at seq 384 in fp16 on
+// 1.5 GiB fits batch 110 but not 111, and fits again at 124. The search plans values above the
+// first answer, finds one that fits, bisects again, and says so; what it prints still holds: the
+// value fits, the next does not, and none of the values it planned above fits.
+TEST(Fit, TheSearchGoesPastANeedThatIsNotMonotone) {
+  FitRequest r = request("bert_base.onnx", "batch", std::size_t{1536} << 20);
+  r.options.dims["seq"] = 384;
+  r.options.dtype = "fp16";
+  FitResult f = fit(r);
+  ASSERT_TRUE(f.found());
+  EXPECT_NE(f.not_monotone.find("fits although batch="), std::string::npos) << f.not_monotone;
+  EXPECT_GE(f.value, 124);
+  EXPECT_FALSE(plan_at(r, 111).fits());  // below the value printed: the need is not monotone
+  EXPECT_TRUE(plan_at(r, f.value).fits());
+  EXPECT_FALSE(plan_at(r, f.value + 1).fits());
+  ASSERT_FALSE(f.checked_above.empty());
+  for (std::int64_t v : f.checked_above) {
+    EXPECT_GT(v, f.value + 1);
+    EXPECT_FALSE(plan_at(r, v).fits()) << v;
+  }
+  const std::string text = render_text(f);
+  EXPECT_NE(text.find("monotone       no: batch="), std::string::npos) << text;
+  EXPECT_EQ(fit_json(f)["checked_above"].size(), f.checked_above.size());
+}
+
 TEST(Fit, APositionTableBoundsTheSequence) {
   FitRequest r = request("bert_base.onnx", "seq", std::size_t{64} << 30);
   r.options.dims["batch"] = 1;

@@ -37,6 +37,11 @@ struct FitResult {
   std::string limit;
   std::size_t probes = 0;
   double seconds = 0;
+  /// Values above value + 1 planned as well, none of which fits (the need is not always monotone
+  /// in the dim: the search looks past the bisection), in increasing order.
+  std::vector<std::int64_t> checked_above;
+  /// "DIM=A fits although DIM=B does not" when such a pair was met on the way (A > B); "" else.
+  std::string not_monotone;
   /// The device plan at `value` (quotas and configuration strings); empty plans when value is 0.
   DeviceNeed at_value;
   bool found() const { return value > 0; }
