@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,7 +104,10 @@ TEST(Listeners, RemovalRacingWithAllocatingThreadsNeverCallsAfterItReturns) {
     std::string why;
     const int id = registry.add(count, &c, why);
     ASSERT_GE(id, 0) << why;
-    std::this_thread::yield();
+    // Until the listener has been called (the allocating threads may not run at once on a
+    // loaded machine, under the sanitizers): the removal then races with calls in flight.
+    for (int wait = 0; wait < 2000 && c.calls.load() == 0; ++wait)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     ASSERT_EQ(registry.remove(id, why), 0) << why;
     c.removed.store(true);
     std::this_thread::yield();
