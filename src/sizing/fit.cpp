@@ -144,6 +144,8 @@ FitResult fit(const FitRequest& r) {
     hi_probe = probe(r, hi);
     ++out.probes;
   }
+  // Listed: the values above the next one (which has its own line), in increasing order.
+  std::erase_if(out.checked_above, [&](std::int64_t v) { return v <= lo + 1; });
   std::sort(out.checked_above.begin(), out.checked_above.end());
   out.value = lo;
   return finish(lo_probe, &hi_probe);
@@ -195,7 +197,7 @@ std::string render_text(const FitResult& f) {
                      values, f.checked_above.size() > 1 ? "none fits" : "does not fit"));
   }
   if (!f.not_monotone.empty())
-    line(fmt::format("monotone       no: {}; the value printed is above both", f.not_monotone));
+    line(fmt::format("monotone       no: {}; the search went on above", f.not_monotone));
   line(fmt::format("limit          {}", f.limit));
   line(fmt::format("probes         {} plans in {:.2f} s", f.probes, f.seconds));
   if (f.found()) {
