@@ -80,13 +80,8 @@ FitResult fit(const FitRequest& r) {
   }
   std::int64_t lo = 1, hi = 0;
   Probe hi_probe;
-  while (hi == 0) {
-    if (lo >= r.max_value) {
-      out.value = lo;
-      out.limit = fmt::format("search: stopped at {}={}", r.dim, r.max_value);
-      return finish(lo_probe, nullptr);
-    }
-    const std::int64_t v = std::min(lo * 2, r.max_value);
+  // Plans `v`: the largest value known to fit, or the smallest known not to, moves to it.
+  auto step = [&](std::int64_t v) {
     Probe p = probe(r, v);
     ++out.probes;
     if (p.fits) {
@@ -96,6 +91,14 @@ FitResult fit(const FitRequest& r) {
       hi = v;
       hi_probe = std::move(p);
     }
+  };
+  while (hi == 0) {
+    if (lo >= r.max_value) {
+      out.value = lo;
+      out.limit = fmt::format("search: stopped at {}={}", r.dim, r.max_value);
+      return finish(lo_probe, nullptr);
+    }
+    step(std::min(lo * 2, r.max_value));
   }
   // The need is not always monotone in the dim (the caching pool's segments and rounding: a
   // larger batch can fit where a smaller one did not). Past the bisection, kAbove values between
@@ -104,18 +107,7 @@ FitResult fit(const FitRequest& r) {
   constexpr int kAbove = 4, kRestarts = 2;
   const std::int64_t ceiling = hi;
   for (int round = 0;; ++round) {
-    while (hi - lo > 1) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
-      Probe p = probe(r, mid);
-      ++out.probes;
-      if (p.fits) {
-        lo = mid;
-        lo_probe = std::move(p);
-      } else {
-        hi = mid;
-        hi_probe = std::move(p);
-      }
-    }
+    while (hi - lo > 1) step(lo + (hi - lo) / 2);
     if (round == kRestarts || hi_probe.limit) break;  // a model's table refuses every value above
     out.checked_above.clear();
     std::optional<std::int64_t> higher;
