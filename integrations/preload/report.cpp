@@ -56,7 +56,8 @@ void print_report() {
                  static_cast<unsigned long long>(p.plans_made),
                  static_cast<unsigned long long>(p.plans_kept),
                  static_cast<unsigned long long>(p.replans));
-    if (!p.no_plan.empty()) std::fprintf(out, "  no plan           %s\n", p.no_plan.c_str());
+    if (const std::string why = alloc::describe_no_plan(p); !why.empty())
+      std::fprintf(out, "  no plan           %s\n", why.c_str());
     if (p.plans_deferred > 0)
       std::fprintf(out,
                    "  plans deferred    %llu (ran past planned_solve_ms at their step mark; "

@@ -389,7 +389,8 @@ std::string report_text() {
           "{} missed, {} outside the plans\n",
           "planned", ps.steps, ps.plans_made, format_bytes(ps.arena_size), ps.hits, ps.misses,
           ps.unplanned);
-      if (!ps.no_plan.empty()) out += fmt::format("{:<14} {}\n", "no plan", ps.no_plan);
+      if (const std::string why = alloc::describe_no_plan(ps); !why.empty())
+        out += fmt::format("{:<14} {}\n", "no plan", why);
     }
     for (const auto& w : st.warnings) out += fmt::format("{:<14} {}\n", "warning", w);
     return out;

@@ -2,9 +2,11 @@
 // its invariants: planned_invariants.cpp).
 #include "modelmem/alloc/planned_allocator.hpp"
 
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "modelmem/core/error.hpp"
@@ -27,6 +29,11 @@ PlannedAllocator::PlannedAllocator(PlannedOptions options) {
   impl_ = std::make_unique<Impl>(std::move(options));
   impl_->owner = this;
   impl_->pstats.huge_pages_asked = impl_->options.huge_pages;
+  impl_->pstats.warmup_steps = impl_->options.warmup_steps;
+  impl_->pstats.min_size = impl_->options.min_size;
+  impl_->pstats.solve_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(impl_->options.solve_time_limit)
+          .count());
 }
 
 PlannedAllocator::~PlannedAllocator() {
@@ -223,6 +230,46 @@ std::pair<const void*, std::size_t> PlannedAllocator::arena_range() const {
 
 const PlannedOptions& PlannedAllocator::options() const noexcept {
   return impl_->options;
+}
+
+std::string describe_no_plan(const PlannedStats& p) {
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  const std::uint64_t requests = p.hits + p.misses + p.unplanned;
+  switch (p.waiting) {
+    case PlanWait::kNone:
+      return {};
+    case PlanWait::kPlanning:
+      return "a plan is still being made on the worker thread (it ran past planned_solve_ms, " +
+             n(p.solve_ms) + " ms); the first step mark after it is ready takes it";
+    case PlanWait::kRefused:
+      return n(p.plans_refused) +
+             " plan(s) refused: the arena and the blocks that outlive their step would hold "
+             "more than the fallback alone; planned again when step " +
+             n(p.next_try) + " ends (" + n(p.steps) + " ended so far)";
+    case PlanWait::kNoPeriod:
+      return "no repeating step found in " + n(requests) +
+             " requests: automatic steps are found once the sizes requested repeat twice after "
+             "the first step, and the next whole step is planned (a loop's first plan serves its "
+             "4th or 5th step); mark the steps (modelmem_step_begin/end, Python's step()) to "
+             "have the second step planned";
+    case PlanWait::kFirstStep:
+      return "a repeating step of " + n(p.period) +
+             " requests was found; the first whole step, which is planned, has not ended yet";
+    case PlanWait::kNoMark:
+      return "no step marked (planned_steps:marked: the program marks its steps with "
+             "modelmem_step_begin/end or Python's step(); " +
+             n(requests) + " requests so far, all served by the fallback)";
+    case PlanWait::kWarmup:
+      return n(p.steps) + " of " + n(p.warmup_steps) +
+             " warm-up step(s) ended (planned_warmup_steps): the step after the warm-up is "
+             "planned when it ends";
+    case PlanWait::kNothingToPlan:
+      return "the steps so far held no request of at least planned_min_kb (" +
+             n(p.min_size / 1024) + " KiB): nothing to plan";
+    case PlanWait::kWatching:
+      break;
+  }
+  return "the step being watched, which is planned, has not ended yet";
 }
 
 }  // namespace modelmem::alloc

@@ -400,53 +400,29 @@ struct PlannedAllocator::Impl {
     consecutive_mismatches = 0;
   }
 
-  // Why no plan is held (PlannedStats::no_plan); empty while one is. The order follows the
-  // arena's path to its first plan: a step to watch (marked or found), the warm-up, the first
-  // whole step, the plan made (maybe still on the worker thread), taken or refused.
-  std::string no_plan_reason() const {
-    if (!plans.empty()) return {};
-    const std::uint64_t requests = pstats.hits + pstats.misses + pstats.unplanned;
-    const auto ms = [](std::chrono::duration<double> d) {
-      return std::to_string(static_cast<long long>(d.count() * 1000));
-    };
-    if (job)
-      return "a plan is still being made on the worker thread (it ran past planned_solve_ms, " +
-             ms(options.solve_time_limit) + " ms); the first step mark after it is ready takes it";
-    if (pstats.plans_refused > 0)
-      return std::to_string(pstats.plans_refused) +
-             " plan(s) refused: the arena and the blocks that outlive their step would hold "
-             "more than the fallback alone; planned again when step " +
-             std::to_string(next_try) + " ends (" + std::to_string(pstats.steps) + " ended so far)";
+  // What the arena waits for while no plan is held (PlannedStats::waiting), in the order of its
+  // path to a first plan: a step to watch (marked or found), the warm-up, the first whole step,
+  // the plan made (maybe still on the worker thread), taken or refused.
+  PlanWait waiting() const {
+    if (!plans.empty()) return PlanWait::kNone;
+    if (job) return PlanWait::kPlanning;
+    if (pstats.plans_refused > 0) return PlanWait::kRefused;
     if (options.auto_steps) {
-      if (detector.period() == 0)
-        return "no repeating step found in " + std::to_string(requests) +
-               " requests: automatic steps are found once the sizes requested repeat twice "
-               "after the first step, and the next whole step is planned (a loop's first plan "
-               "serves its 4th or 5th step); mark the steps (modelmem_step_begin/end, Python's "
-               "step()) to have the "
-               "second step planned";
-      if (pstats.steps == 0)
-        return "a repeating step of " + std::to_string(detector.period()) +
-               " requests was found; the first whole step, which is planned, has not ended yet";
+      if (detector.period() == 0) return PlanWait::kNoPeriod;
+      if (pstats.steps == 0) return PlanWait::kFirstStep;
     } else {
-      if (steps_begun == 0)
-        return "no step marked (planned_steps:marked: the program marks its steps with "
-               "modelmem_step_begin/end or Python's step(); " +
-               std::to_string(requests) + " requests so far, all served by the fallback)";
+      if (steps_begun == 0) return PlanWait::kNoMark;
       if (steps_begun <= options.warmup_steps && pstats.steps <= options.warmup_steps)
-        return std::to_string(pstats.steps) + " of " + std::to_string(options.warmup_steps) +
-               " warm-up step(s) ended (planned_warmup_steps): the step after the warm-up is "
-               "planned when it ends";
+        return PlanWait::kWarmup;
     }
-    if (pstats.steps > 0 && pstats.plans_made == 0 && !in_step)
-      return "the steps so far held no request of at least planned_min_kb (" +
-             std::to_string(options.min_size / 1024) + " KiB): nothing to plan";
-    return "the step being watched, which is planned, has not ended yet";
+    if (pstats.steps > 0 && pstats.plans_made == 0 && !in_step) return PlanWait::kNothingToPlan;
+    return PlanWait::kWatching;
   }
 
   PlannedStats planned_stats() const {
     PlannedStats p = pstats;
-    p.no_plan = no_plan_reason();
+    p.waiting = waiting();
+    p.next_try = next_try;
     p.arena_address = current_arena == kNoArena
                           ? 0
                           : reinterpret_cast<std::uintptr_t>(arenas[current_arena].base);

@@ -58,10 +58,12 @@ TEST(PlannedDefault, APlanHoldingMoreThanTheFallbackAloneIsRefused) {
   // Tried after the warm-up step, then after 1 and 2 more steps (backing off), not every step.
   EXPECT_GE(s.plans_refused, 2u);
   EXPECT_LE(s.plans_refused, 3u);
-  EXPECT_NE(s.no_plan.find("plan(s) refused: the arena and the blocks that outlive their step"),
+  EXPECT_EQ(s.waiting, alloc::PlanWait::kRefused);
+  const std::string why = alloc::describe_no_plan(s);
+  EXPECT_NE(why.find("plan(s) refused: the arena and the blocks that outlive their step"),
             std::string::npos)
-      << s.no_plan;
-  EXPECT_NE(s.no_plan.find("(6 ended so far)"), std::string::npos) << s.no_plan;
+      << why;
+  EXPECT_NE(why.find("(6 ended so far)"), std::string::npos) << why;
   EXPECT_EQ(device->outstanding(), 0u);
   for (void* p : kept) a.deallocate(p);
 }

@@ -52,8 +52,9 @@ TEST(PlannedDeferred, AStepMarkWaitsAtMostTheLimitAndTheRestIsDeferred) {
   PlannedStats s = a.planned_stats();
   EXPECT_EQ(s.plans_deferred, 1u);
   EXPECT_EQ(s.plans_made, 0u);
-  EXPECT_NE(s.no_plan.find("a plan is still being made on the worker thread"), std::string::npos)
-      << s.no_plan;
+  EXPECT_EQ(s.waiting, alloc::PlanWait::kPlanning);
+  const std::string why = alloc::describe_no_plan(s);
+  EXPECT_NE(why.find("a plan is still being made on the worker thread"), std::string::npos) << why;
   EXPECT_EQ(a.arena_range().second, 0u);
   run_step(a);  // served by the fallback meanwhile; no second plan is started
   EXPECT_EQ(a.planned_stats().plans_deferred, 1u);

@@ -561,7 +561,7 @@ TEST(PlannedArena, StatsAndDescribe) {
 // then the first whole step. (MODELMEM_REPORT and Python's report() print it.)
 TEST(PlannedArena, SaysWhyNoPlanServesTheStepsYet) {
   Fixture f;
-  auto why = [](const PlannedAllocator& a) { return a.planned_stats().no_plan; };
+  auto why = [](const PlannedAllocator& a) { return alloc::describe_no_plan(a.planned_stats()); };
   auto has = [](const std::string& text, const char* part) {
     return text.find(part) != std::string::npos;
   };

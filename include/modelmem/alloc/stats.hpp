@@ -85,6 +85,20 @@ struct CounterSet {
   }
 };
 
+/// What the planned arena waits for while no plan serves its steps (PlannedStats::waiting), in
+/// the order of its path to a first plan; describe_no_plan() says it in words.
+enum class PlanWait : std::uint8_t {
+  kNone,           ///< a plan is held
+  kNoMark,         ///< planned_steps:marked, and no step marked yet
+  kNoPeriod,       ///< automatic steps: no repeating step found yet
+  kWarmup,         ///< marked steps: within the warm-up steps
+  kFirstStep,      ///< automatic steps: the period is found, the first whole step not ended
+  kWatching,       ///< the step being watched (planned when it ends) has not ended
+  kNothingToPlan,  ///< the steps so far held no request of at least min_size
+  kPlanning,       ///< the plan runs past solve_time_limit on the worker thread
+  kRefused,        ///< the plans made were refused (plans_refused); tried again at next_try
+};
+
 /// What the planned arena did (Stats::planned), for reports (MODELMEM_REPORT), the monitor
 /// and tests.
 struct PlannedStats {
@@ -112,11 +126,18 @@ struct PlannedStats {
                                        ///< that took their plan
   std::uintptr_t arena_address = 0;    ///< the current arena's first byte, 0 before a plan
   bool huge_pages_asked = false;       ///< planned_huge_pages was on
-  /// Why no plan serves the steps, in words, for the reports: what the arena waits for (steps
-  /// marked or found, the warm-up, the first whole step, a plan still being made, plans refused).
-  /// Empty while a plan is held.
-  std::string no_plan;
+  PlanWait waiting = PlanWait::kNone;  ///< why no plan serves the steps (kNone: one does)
+  std::uint64_t next_try = 0;          ///< kRefused: the step at whose end it plans again
+  // The options the words of describe_no_plan() name.
+  std::uint64_t warmup_steps = 0;  ///< planned_warmup_steps
+  std::size_t min_size = 0;        ///< planned_min_kb, in bytes
+  std::uint64_t solve_ms = 0;      ///< planned_solve_ms
 };
+
+/// Why no plan serves the steps, in words, for the reports (MODELMEM_REPORT's `no plan` line,
+/// Python's report()): what the arena waits for and what would change it. "" while a plan is
+/// held. Built only when asked: the statistics themselves stay plain numbers.
+std::string describe_no_plan(const PlannedStats& stats);
 
 /// Statistics with PyTorch's names where they match (torch.cuda.memory_stats()).
 struct Stats {
