@@ -146,8 +146,8 @@ class ExactSolver final : public Solver {
           r.note = "proven: no plan fits in " + std::to_string(capacity) + " bytes";
           break;
         case Outcome::kStopped:
-          r.note = budget_.exhausted_nodes() ? "node limit reached before a plan was found"
-                                             : "time limit reached before a plan was found";
+          r.note = budget_.counted_out() ? "node limit reached before a plan was found"
+                                         : "time limit reached before a plan was found";
           break;
       }
       return r;
@@ -209,7 +209,7 @@ class ExactSolver final : public Solver {
       r.proven_optimal = lo >= hi_;
       if (!r.proven_optimal) {
         double gap = static_cast<double>(hi_ - lo) / static_cast<double>(hi_);
-        r.note = std::string(budget_.exhausted_nodes() ? "node" : "time") +
+        r.note = std::string(budget_.counted_out() ? "node" : "time") +
                  " limit reached; proven lower bound " + std::to_string(lo) + ", gap " +
                  percent(gap);
       }

@@ -36,7 +36,7 @@ class SearchBudget {
     if (stopped_) return false;
     ++nodes_;
     work_ += weight_;
-    if (exhausted_nodes() || work_ >= attempt_work_end_) return stop();
+    if (counted_out() || work_ >= attempt_work_end_) return stop();
     if ((nodes_ & 15u) == 0) {  // a node costs microseconds: the clock read is cheap here
       auto now = Clock::now();
       if (now >= deadline_ || now >= attempt_deadline_) return stop();
@@ -54,11 +54,11 @@ class SearchBudget {
     attempt_deadline_ = until;
     attempt_work_end_ = work_end;
     weight_ = std::max<std::uint64_t>(weight, 1);
-    stopped_ = exhausted_nodes();
+    stopped_ = counted_out();
   }
-  bool out_of_time() const { return Clock::now() >= deadline_ || exhausted_nodes(); }
-  /// The node limit or the work limit is reached.
-  bool exhausted_nodes() const {
+  bool out_of_time() const { return Clock::now() >= deadline_ || counted_out(); }
+  /// The node limit or the work limit is reached (a note says "node limit" for both).
+  bool counted_out() const {
     return (node_limit_ != 0 && nodes_ >= node_limit_) ||
            (work_limit_ != 0 && work_ >= work_limit_);
   }

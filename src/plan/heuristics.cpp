@@ -69,9 +69,12 @@ Placement best_placement(const Problem& problem, const std::vector<OrderMaker>& 
   std::vector<std::optional<Order>> orders(makers.size());
   const auto building = Clock::now();
   detail::Placer placer(problem);
-  // Freeing the placer's index costs about what building it did (0.4 s each at 10^6 buffers with
-  // the time tree): the placements stop that much before stop_at, so that it is freed by then.
-  if (stop_at != kNoDeadline) stop_at -= std::min(Clock::now() - building, stop_at - building);
+  // Freeing the placer's index cannot be given up either, and must end by stop_at too: the
+  // placements stop the index's build time before it. Measured at 10^6 buffers with the time
+  // tree: 0.43 s to build, 0.13 s to free since its lists come from one pool (0.4 s before), so
+  // the margin is about three times what freeing takes.
+  const auto built = Clock::now() - building;
+  if (stop_at != kNoDeadline) stop_at -= std::min(built, stop_at - building);
   auto time_up = [&] { return stop_at != kNoDeadline && Clock::now() >= stop_at; };
   if (time_up()) throw detail::TimeUp{};
   for (GapChoice choice : {GapChoice::kBest, GapChoice::kFirst}) {
