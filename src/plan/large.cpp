@@ -318,6 +318,105 @@ std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposi
   return result;
 }
 
+std::optional<PeakWindowResult> plan_from_peak_window(const Problem& problem, std::size_t capacity,
+                                                      std::size_t below, Clock::time_point deadline,
+                                                      std::uint64_t work_budget,
+                                                      std::size_t max_buffers) {
+  const auto& bufs = problem.buffers;
+  const std::size_t n = bufs.size();
+  if (n < 2 || Clock::now() >= deadline) return std::nullopt;
+  // The live bytes on each elementary step, and the (first) step where they peak.
+  const std::vector<Time> times = time_points(problem);
+  std::vector<std::size_t> load(times.size(), 0);
+  for (const Buffer& b : bufs) {
+    load[time_index(times, b.start)] += b.size;
+    load[time_index(times, b.end)] -= b.size;
+  }
+  std::size_t top = 0, at = 0;
+  for (std::size_t k = 0; k < load.size(); ++k) {
+    if (k) load[k] += load[k - 1];
+    if (load[k] > top) {
+      top = load[k];
+      at = k;
+    }
+  }
+  if (top == 0 || top > capacity) return std::nullopt;
+  // Greedy-size's first order (larger first, then longer-lived) for the buffers outside.
+  std::vector<std::size_t> by_size(n);
+  std::iota(by_size.begin(), by_size.end(), std::size_t{0});
+  std::stable_sort(by_size.begin(), by_size.end(), [&](std::size_t x, std::size_t y) {
+    if (bufs[x].size != bufs[y].size) return bufs[x].size > bufs[y].size;
+    return bufs[x].end - bufs[x].start > bufs[y].end - bufs[y].start;
+  });
+  std::optional<Placer> placer;
+  std::optional<PeakWindowResult> best;
+  std::size_t previous = 0;
+  std::vector<char> inside(n, 0);
+  for (std::size_t w = 1;; w *= 2) {
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    // Steps [first, last): w on each side of the peak.
+    const std::size_t first = at >= w - 1 ? at - (w - 1) : 0;
+    const std::size_t last = std::min(at + w, times.size() - 1);
+    const Time from = times[first], to = times[last];
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < n && members.size() <= max_buffers; ++i)
+      if (bufs[i].start < to && bufs[i].end > from) members.push_back(i);
+    if (members.size() > max_buffers) break;
+    const bool whole = first == 0 && last == times.size() - 1;
+    if (members.size() == previous && !whole) continue;  // no buffer more than the last window
+    previous = members.size();
+    Problem window;
+    window.name = problem.name;
+    window.capacity = capacity;
+    window.buffers.reserve(members.size());
+    for (std::size_t i : members) {
+      Buffer b = bufs[i];
+      b.start = std::max(b.start, from);
+      b.end = std::min(b.end, to);
+      window.buffers.push_back(std::move(b));
+    }
+    // Half the work (the plan is the same on any machine; the windows that plan easily use
+    // little of it), the time left as a safety net. A larger window is harder: when this one
+    // has no plan, neither will the next.
+    SolveOptions options;
+    options.time_limit = std::chrono::duration<double>(deadline - now);
+    options.work_budget = std::max<std::uint64_t>(work_budget / 2, 1);
+    const SolveResult r = make_exact_solver()->solve(window, options);
+    if (!r.plan) break;
+    // The window's buffers first, from the bottom of its plan up, then the others larger first;
+    // each into the lowest (or the tightest) gap its whole life leaves.
+    std::vector<std::size_t> rank(members.size());
+    std::iota(rank.begin(), rank.end(), std::size_t{0});
+    std::stable_sort(rank.begin(), rank.end(), [&](std::size_t x, std::size_t y) {
+      return r.plan->offsets[x] < r.plan->offsets[y];
+    });
+    std::vector<std::size_t> order;
+    order.reserve(n);
+    for (std::size_t j : rank) {
+      order.push_back(members[j]);
+      inside[members[j]] = 1;
+    }
+    for (std::size_t i : by_size)
+      if (!inside[i]) order.push_back(i);
+    for (std::size_t i : members) inside[i] = 0;
+    if (!placer) placer.emplace(problem);
+    for (GapChoice choice : {GapChoice::kFirst, GapChoice::kBest}) {
+      std::size_t work = 0;
+      try {
+        Plan plan = placer->place(order, choice, work, deadline);
+        if (plan.arena_size < below && (!best || plan.arena_size < best->plan.arena_size))
+          best = PeakWindowResult{std::move(plan), members.size()};
+      } catch (const TimeUp&) {
+        return best;
+      }
+      if (best && best->plan.arena_size <= top) return best;  // at the bound
+    }
+    if (whole) break;
+  }
+  return best;
+}
+
 std::size_t window_lower_bound(const Problem& problem, Clock::time_point deadline,
                                std::size_t max_buffers) {
   const Peak pk = peak(problem);

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -61,6 +62,25 @@ struct LargeResult {
 std::optional<LargeResult> plan_by_parts(const Problem& problem, const Decomposition& parts,
                                          std::chrono::steady_clock::time_point deadline,
                                          unsigned threads, std::size_t exact_max = 4000);
+
+struct PeakWindowResult {
+  Plan plan;
+  std::size_t window_buffers = 0;  ///< the buffers of the window that gave the plan
+};
+
+/// The arena of a training graph is decided on a few steps near its peak, where buffers of very
+/// different sizes and lives must tile the bound, and a greedy order that is right there is wrong
+/// elsewhere (MindSpore's PanGu-alpha 2.6B: every greedy order leaves 40 MiB at the peak). This
+/// plans windows of 1, 2, 4, ... steps on each side of the peak (at most `max_buffers` buffers,
+/// lives cut to the window) exactly at `capacity` (the lower bound), then places the whole
+/// problem greedily: the window's buffers first, from the bottom of the window's plan up, then
+/// the others larger first. Returns the smallest plan so made, if one is below `below`; stops at
+/// the first plan at the peak. Each window's exact search may spend half of `work_budget` (the
+/// plan does not depend on the machine); everything stops at `deadline`.
+std::optional<PeakWindowResult> plan_from_peak_window(
+    const Problem& problem, std::size_t capacity, std::size_t below,
+    std::chrono::steady_clock::time_point deadline, std::uint64_t work_budget,
+    std::size_t max_buffers = 3000);
 
 /// A lower bound from a relaxation solved exactly: the buffers live near the peak, at most
 /// `max_buffers` of them, planned by the exact search until `deadline`; what it proves for this
