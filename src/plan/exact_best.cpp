@@ -253,13 +253,14 @@ class BestSolver final : public Solver {
         }
       }
     }
-    // 3a. The window around the peak planned exactly at the bound, the rest around it (a
-    // quarter of the time left at most).
+    // 3a. The window around the peak planned exactly at the bound, the rest around it (half
+    // the time left at most: on the real training graphs it closes the gap where the
+    // neighbourhood search after it, in 2,600 moves, improved one).
     if (refine && best->arena_size > bound && Clock::now() < deadline) {
-      const auto until = Clock::now() + (deadline - Clock::now()) / 4;
+      const auto until = Clock::now() + (deadline - Clock::now()) / 2;
       const std::uint64_t work = options.work_budget
-                                     ? options.work_budget / 4
-                                     : exact_work_for(std::min(options.time_limit / 4,
+                                     ? options.work_budget / 2
+                                     : exact_work_for(std::min(options.time_limit / 2,
                                                                std::chrono::duration<double>(1e6)));
       if (auto w = detail::plan_from_peak_window(open, bound, best->arena_size, until, work)) {
         best = std::move(w->plan);
