@@ -140,12 +140,19 @@ TEST(PlanByParts, ValidPlansAndBoundsNoHigherThanTheOptimum) {
   }
 }
 
+// Calls f(problem, its optimum, trial) on `trials` tiny random problems, every third aligned.
+template <class F>
+void each_tiny_problem(std::uint64_t seed, int trials, F&& f) {
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < trials; ++trial) {
+    const Problem p = tiny(rng, 7, trial % 3 == 0);
+    f(p, brute_force_optimum(p), trial);
+  }
+}
+
 TEST(WindowLowerBound, NeverAboveTheOptimumAndSometimesAboveThePeak) {
-  std::mt19937_64 rng(3);
   int stronger = 0;
-  for (int trial = 0; trial < 400; ++trial) {
-    Problem p = tiny(rng, 7, trial % 3 == 0);
-    const std::size_t opt = brute_force_optimum(p);
+  each_tiny_problem(3, 400, [&](const Problem& p, std::size_t opt, int trial) {
     const std::size_t peak_bound = lower_bound(p);
     for (std::size_t window : {3, 5, 8}) {
       std::size_t b =
@@ -154,7 +161,7 @@ TEST(WindowLowerBound, NeverAboveTheOptimumAndSometimesAboveThePeak) {
       ASSERT_LE(b, opt) << "trial " << trial << " window " << window;
       if (b > peak_bound) ++stronger;
     }
-  }
+  });
   EXPECT_GT(stronger, 0);  // it does prove more than the peak on some problems
 }
 
@@ -332,20 +339,16 @@ TEST(HeapSimulation, CutShortStacksTheRestValidly) {
 constexpr std::uint64_t kWork = 400'000'000;  // about 10 s of the exact search
 
 TEST(PeakWindow, PlansAreValidAndNeverBelowTheOptimum) {
-  std::mt19937_64 rng(5);
   int found = 0;
-  for (int trial = 0; trial < 300; ++trial) {
-    Problem p = tiny(rng, 7, trial % 3 == 0);
-    const std::size_t opt = brute_force_optimum(p);
-    const std::size_t bound = lower_bound(p);
-    auto r = detail::plan_from_peak_window(p, bound, ~std::size_t{0},
+  each_tiny_problem(5, 300, [&](const Problem& p, std::size_t opt, int trial) {
+    auto r = detail::plan_from_peak_window(p, lower_bound(p), ~std::size_t{0},
                                            Clock::now() + std::chrono::seconds(10), kWork);
-    if (!r) continue;
+    if (!r) return;
     ++found;
     ASSERT_TRUE(validate(p, r->plan, false)) << "trial " << trial;
     EXPECT_GE(r->plan.arena_size, opt);
     EXPECT_GT(r->window_buffers, 0u);
-  }
+  });
   EXPECT_GT(found, 0);
 }
 
