@@ -128,7 +128,22 @@ std::size_t conv_workspace_bytes(const Graph& graph, const Node& node,
     if (unit_kernel && !strided) return 0;
     return batch * ic * kernel * out_spatial * e;  // im2col
   }
-  const bool blocked_input = ic >= kOneDnnBlock || groups > 1;
+  // An input in channels-last layout (made by a Transpose to NCHW from NHWC: a permuted view
+  // in PyTorch, as ConvNeXt's LayerNorm2d returns): PyTorch runs the convolution channels-last,
+  // oneDNN reads the input as it is (no blocked copy), and the weights are first copied into
+  // that layout (weight.contiguous(channels_last)), held beside oneDNN's own copy; a no-op for
+  // a 1x1 kernel or one input channel per group, where both layouts are the same.
+  bool channels_last = false;
+  if (rank == 4 && x.producer >= 0) {
+    // The permutation (0, 3, 1, 2), read from the shapes (nodes keep no attributes).
+    const Node& p = graph.nodes[x.producer];
+    if (p.op_type == "Transpose" && !p.inputs.empty() && p.inputs[0] >= 0) {
+      const auto& in = graph.tensors[p.inputs[0]].shape;
+      channels_last = in.size() == 4 && in != x.shape && x.shape[0] == in[0] &&
+                      x.shape[1] == in[3] && x.shape[2] == in[1] && x.shape[3] == in[2];
+    }
+  }
+  const bool blocked_input = (ic >= kOneDnnBlock || groups > 1) && !channels_last;
   const std::size_t in_copy = blocked_input ? batch * round_block(ic) * in_spatial * e : 0;
   std::size_t w_copy = 0;
   if (groups == 1)
@@ -139,8 +154,11 @@ std::size_t conv_workspace_bytes(const Graph& graph, const Node& node,
     w_copy = round_block(oc) * ic_per_group * kernel * e;
   const std::size_t blocked_out = batch * round_block(oc) * out_spatial * e;
   const std::size_t packed = unit_kernel && strided ? round_block(ic) * out_spatial * e : 0;
+  const std::size_t w_channels_last =
+      channels_last && !unit_kernel && ic_per_group > 1 ? oc * ic_per_group * kernel * e : 0;
   const std::size_t out = activation_bytes(y, options.float_bytes);
-  const std::size_t held = std::max(in_copy + w_copy + blocked_out + packed, blocked_out + out);
+  const std::size_t held =
+      std::max(in_copy + w_copy + w_channels_last + blocked_out + packed, blocked_out + out);
   return held > out ? held - out : 0;
 }
 

@@ -177,6 +177,38 @@ TEST(PlanModel, EagerCountsStridedOneByOneConvButNotAPlainOne) {
   EXPECT_EQ(q.eager_with, 3211264u + 6422528u + 6422528u);
 }
 
+// ConvNeXt-Base's downsampling conv (1024 x 512 x 2 x 2, stride 2) at batch 1, whose input is
+// LayerNorm2d's output permuted back from NHWC: PyTorch 1.13 runs it channels-last, copies the
+// weights into that layout (8,388,608 B) beside oneDNN's own copy (the same again), makes no
+// copy of the input, and computes into a blocked output (200,704 B): recorded, 17,780,736 B
+// above what was live before the model's call at that step, which this graph reproduces (the
+// NHWC input, its permutation, the output and the workspace).
+TEST(PlanModel, EagerCountsTheWeightCopyOfAChannelsLastConv) {
+  auto eager = [](bool permuted) {
+    testing::ModelBuilder b;
+    if (permuted) {
+      b.input("X", {1, 14, 14, 512}).weight("W", {1024, 512, 2, 2}).output("Y");
+      auto& t = b.node("Transpose", {"X"}, {"T"}, "/norm/Transpose");
+      testing::ModelBuilder::ints_attr(t, "perm", {0, 3, 1, 2});
+    } else {
+      b.input("T", {1, 512, 14, 14}).weight("W", {1024, 512, 2, 2}).output("Y");
+    }
+    auto& c = b.node("Conv", {"T", "W"}, {"Y"}, "/conv/Conv");
+    testing::ModelBuilder::ints_attr(c, "kernel_shape", {2, 2});
+    testing::ModelBuilder::ints_attr(c, "strides", {2, 2});
+    const std::string path = write_model(b, "conv_nhwc.onnx");
+    PlanOptions o;
+    o.runtime = Runtime::kEager;
+    const std::size_t peak = plan_model(path, o).eager_peak;
+    std::filesystem::remove(path);
+    return peak;
+  };
+  EXPECT_EQ(eager(true), 401408u + 401408u + 200704u + 16777216u);
+  EXPECT_EQ(eager(true), 17780736u);
+  // The same conv on a plain NCHW input: oneDNN's input and weight copies and blocked output.
+  EXPECT_EQ(eager(false), 401408u + 200704u + (401408u + 8388608u + 200704u - 200704u));
+}
+
 TEST(PlanModel, EagerHoldsAModulesArgumentsUntilItReturns) {
   // torch.onnx names: P is made in module "pre" and passed into module "block"; Python's frame
   // of block.forward holds it to the block's last node. Each tensor is 1 KiB.
