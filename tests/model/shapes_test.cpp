@@ -88,5 +88,44 @@ TEST(SettledShapes, EinsumEquations) {
   EXPECT_EQ(einsum_dims("i.j", {{2, 3}}), std::nullopt);                // a lone dot
 }
 
+TEST(SettledShapes, ChainsOfWindowPaddingSettleInAFewPasses) {
+  // Eight stages of Swin's pattern: each pads its input to a multiple of 7 rows with pads
+  // computed from the input's shape (Shape, Gather, Mod, Sub, Mod, Concat: values ONNX 1.12's
+  // data propagation does not follow), so the next stage's Shape waits for the previous Pad's
+  // shape. Each stage used to take a whole-graph inference pass of its own (Swin-B: 29, MaxViT:
+  // 68 passes, seconds per plan); the folding walk now infers each node it cannot fold from its
+  // own ONNX inference function, and the chain settles in a walk.
+  ModelBuilder b;
+  constexpr int kStages = 8;
+  b.input("X0", {"batch", 5, 3, 4}).output("Y");
+  b.ints("i1", {1}).ints("seven", {7}).ints("zero", {0});
+  for (int i = 0; i < kStages; ++i) {
+    const std::string s = std::to_string(i), x = "X" + s, p = "/stage" + s + "/";
+    b.node("Shape", {x}, {"S" + s}, p + "Shape");
+    ModelBuilder::int_attr(b.node("Gather", {"S" + s, "i1"}, {"H" + s}, p + "Gather"), "axis", 0);
+    b.node("Mod", {"H" + s, "seven"}, {"Hm" + s}, p + "Mod");
+    b.node("Sub", {"seven", "Hm" + s}, {"R" + s}, p + "Sub");
+    b.node("Mod", {"R" + s, "seven"}, {"pad" + s}, p + "Mod_1");
+    ModelBuilder::int_attr(
+        b.node("Concat", {"zero", "zero", "zero", "zero", "zero", "pad" + s, "zero", "zero"},
+               {"pads" + s}, p + "Concat"),
+        "axis", 0);
+    b.node("Pad", {x, "pads" + s}, {"P" + s}, p + "Pad");
+    // One row more, so that the next stage pads again: Concat with the input's first row.
+    b.ints("r0" + s, {0}).ints("r1" + s, {1}).ints("ax" + s, {1});
+    b.node("Slice", {x, "r0" + s, "r1" + s, "ax" + s}, {"row" + s}, p + "Slice");
+    ModelBuilder::int_attr(
+        b.node("Concat", {"P" + s, "row" + s}, {"X" + std::to_string(i + 1)}, p + "Concat_1"),
+        "axis", 1);
+  }
+  b.node("Relu", {"X" + std::to_string(kStages)}, {"Y"}, "/out/Relu");
+  LoadOptions o;
+  o.dims = {{"batch", 2}};
+  const Graph g = b.load(o);
+  // Rows: 5 -> 7 + 1 = 8 -> 14 + 1 = 15 -> 21 + 1 = 22 -> ... (7 k + 1 after stage k).
+  EXPECT_EQ(shape_of(g, "Y"), (std::vector<std::int64_t>{2, 7 * kStages + 1, 3, 4}));
+  EXPECT_LE(g.inference_passes, 3);
+}
+
 }  // namespace
 }  // namespace modelmem::model
