@@ -37,6 +37,7 @@ class RegionDevice : public device::Device {
   device::MemoryInfo memory_info() const override;
   /// madvise(MADV_HUGEPAGE) on the whole 2 MiB pages of the range (one OS call, counted).
   bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override;
+  bool host_accessible() const noexcept override { return true; }
 
   bool contains(const void* p) const noexcept {
     auto a = reinterpret_cast<std::uintptr_t>(p);

@@ -111,7 +111,7 @@ struct PlannedAllocator::Impl {
     }
     // Before the first touch: pages touched small stay small until khugepaged collapses them.
     const bool huge = options.huge_pages && options.device->prefer_large_pages(base, size);
-    if (options.prefault) {
+    if (options.prefault && options.device->host_accessible()) {
       // One write per page: the kernel maps every page now rather than during a step.
       auto* bytes_ptr = static_cast<volatile unsigned char*>(base);
       for (std::size_t off = 0; off < size; off += kPage) bytes_ptr[off] = 0;

@@ -56,6 +56,7 @@ class HostDevice final : public Device {
     ::munmap(ptr, mapping_length(bytes));
   }
 
+  bool host_accessible() const noexcept override { return true; }
   bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override {
     return advise_huge_pages(addr, bytes);
   }

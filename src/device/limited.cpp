@@ -42,6 +42,7 @@ class LimitedDevice final : public Device {
     return {capacity_ - used_, capacity_};
   }
 
+  bool host_accessible() const noexcept override { return upstream_->host_accessible(); }
   bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override {
     return upstream_->prefer_large_pages(addr, bytes);
   }

@@ -33,8 +33,9 @@ std::size_t mib_up(std::size_t bytes) {
 // A device with a hard capacity whose memory is never backed unless touched: allocate() maps
 // address space without reserving memory (MAP_NORESERVE), reserve() hands out addresses only
 // (the strategies never touch what they map), so a need of 80 GiB is found on a machine with far
-// less. The replay does not touch blocks; only the planned arena writes one byte per page of
-// itself (its prefault). It offers virtual memory (2 MiB pages), as CUDA and most NPUs do.
+// less. Nothing touches it: the replay does not write blocks, and the planned arena does not
+// prefault a device that is not host_accessible(), so sizing an 80 GiB planned arena costs
+// neither time nor memory here. It offers virtual memory (2 MiB pages), as CUDA and most NPUs do.
 class AddressDevice : public device::Device {
  public:
   explicit AddressDevice(std::size_t capacity) : capacity_(capacity) {}

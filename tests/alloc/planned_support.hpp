@@ -29,6 +29,7 @@ namespace modelmem::testing {
 class MmapDevice : public device::Device {
  public:
   std::string name() const override { return "mmap-test"; }
+  bool host_accessible() const noexcept override { return true; }
   void* allocate(std::size_t bytes) override {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw OutOfMemory(OomInfo{bytes, 0, 0, 0, 0, {}, "mmap-test"});

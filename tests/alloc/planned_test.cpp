@@ -678,5 +678,43 @@ TEST(PlannedArena, ADeviceWithoutLargePagesDeclinesTheHint) {
   EXPECT_FALSE(a.planned_stats().arena_huge_pages);
 }
 
+// Memory the CPU may not write (a GPU's, an NPU's, the sizing layer's address space): the arena
+// is never prefaulted. The device hands out PROT_NONE mappings, so a single write by the
+// allocator would kill the test with SIGSEGV; before host_accessible() the prefault wrote one
+// byte per page of every arena whatever the device (a CUDA arena would have crashed, and sizing
+// a planned arena of 80 GiB touched 80 GiB of host memory).
+TEST(PlannedArena, NeverTouchesMemoryTheCpuMayNotWrite) {
+  class Untouchable : public MmapDevice {
+   public:
+    std::string name() const override { return "untouchable:0"; }
+    bool host_accessible() const noexcept override { return false; }
+    void* allocate(std::size_t bytes) override {
+      void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) throw OutOfMemory(OomInfo{bytes, 0, 0, 0, 0, {}, name()});
+      ++arenas;
+      return p;
+    }
+    void deallocate(void* ptr, std::size_t bytes) noexcept override { munmap(ptr, bytes); }
+    int arenas = 0;
+  };
+  auto device = std::make_shared<Untouchable>();
+  PlannedOptions o;
+  o.device = device;
+  o.fallback = std::make_shared<MallocAllocator>();
+  o.solver = "best-fit";
+  ASSERT_TRUE(o.prefault);  // the default: asked for, and skipped for this device
+  PlannedAllocator a(o);
+  for (int i = 0; i < 4; ++i) {
+    a.begin_step();
+    void* x = a.allocate(std::size_t{64} << 20);
+    void* y = a.allocate(std::size_t{32} << 20);
+    a.deallocate(x);
+    a.deallocate(y);
+    a.end_step();
+  }
+  EXPECT_GE(device->arenas, 1);
+  EXPECT_GE(a.planned_stats().hits, 2u);
+}
+
 }  // namespace
 }  // namespace modelmem::testing

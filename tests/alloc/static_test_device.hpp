@@ -19,6 +19,7 @@ class CountingDevice : public device::Device {
     for (auto& [p, n] : live_) std::free(reinterpret_cast<void*>(p));
   }
   std::string name() const override { return "counting:0"; }
+  bool host_accessible() const noexcept override { return true; }
   void* allocate(std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++allocs_;

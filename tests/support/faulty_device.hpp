@@ -33,6 +33,7 @@ class FaultyDevice : public Device {
   void deallocate(void* ptr, std::size_t bytes) noexcept override;
   MemoryInfo memory_info() const override;
   bool prefer_large_pages(void* addr, std::size_t bytes) noexcept override;
+  bool host_accessible() const noexcept override { return upstream_->host_accessible(); }
   VmProbe probe_virtual_memory() override;
   std::size_t granularity() const override;
   void* reserve(std::size_t bytes) override;

@@ -60,8 +60,9 @@ struct PlannedOptions {
   /// always tell a step from one layer repeated inside it. A different period found then
   /// replaces the first one and its plans.
   std::size_t min_history = 1024;
-  /// Touch every page of the arena once when it is allocated (host memory only), so serving
-  /// from it never faults.
+  /// Touch every page of the arena once when it is allocated, so serving from it never faults.
+  /// Host memory only: on a device whose memory the CPU cannot write (Device::host_accessible:
+  /// CUDA, Ascend, the sizing layer's address space) the arena is not touched.
   bool prefault = true;
   /// Ask the device to back the arena with large pages (host: transparent huge pages), before
   /// it is touched. The arena is touched whole anyway, so this costs at most the unused tail of

@@ -44,6 +44,12 @@ class Device {
   /// whole large pages inside the range can be backed by them.
   virtual bool prefer_large_pages(void* addr, std::size_t bytes) noexcept;
 
+  /// Whether the CPU may read and write the memory allocate() returns (host memory: true).
+  /// false (the default) for device memory (CUDA, Ascend) and for address space that must not
+  /// be touched (the sizing layer's): a strategy then never writes to it itself, as the planned
+  /// arena's prefault would.
+  virtual bool host_accessible() const noexcept { return false; }
+
   // ---- optional virtual-memory operations (all throw Unsupported by default) ----
 
   /// Tries a tiny reservation; never throws.
