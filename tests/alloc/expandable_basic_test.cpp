@@ -161,6 +161,35 @@ TEST(Expandable, OomLadderUnmapsOtherStreamsFreePages) {
   a.deallocate(q);
 }
 
+TEST(Expandable, AddressSpaceBeyondTheDeviceServesScatteredBlocks) {
+  // A 16 MiB device filled with 2 MiB blocks, every other one freed: 8 MiB is free, in holes of
+  // 2 MiB. A 6 MiB request needs a 6 MiB stretch of addresses: a range of 16 MiB has none, so
+  // the memory is there and the request fails; the default range (twice the device) maps it
+  // after the last block.
+  auto run = [](std::size_t reserve) {
+    auto dev = device::make_limited_device(huge_host(), 16 * kMiB, true);
+    CachingOptions o = expandable();
+    o.expandable_reserve = reserve;
+    CachingAllocator a(dev, o);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(a.allocate(kPage));
+    for (int i = 0; i < 8; i += 2) a.deallocate(blocks[i]);
+    bool served = true;
+    try {
+      void* big = a.allocate(6 * kMiB);
+      std::memset(big, 1, 6 * kMiB);
+      EXPECT_LE(a.stats().reserved_bytes.all.current, static_cast<std::int64_t>(16 * kMiB));
+      a.deallocate(big);
+    } catch (const OutOfMemory&) {
+      served = false;
+    }
+    for (int i = 1; i < 8; i += 2) a.deallocate(blocks[i]);
+    return served;
+  };
+  EXPECT_FALSE(run(16 * kMiB)) << "one device of addresses: the holes are 2 MiB each";
+  EXPECT_TRUE(run(0)) << "the default reserves twice the device";
+}
+
 TEST(Expandable, EventsForMapAndUnmap) {
   Recorder rec;
   CachingAllocator a(huge_host(), expandable());

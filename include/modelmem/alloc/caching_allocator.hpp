@@ -42,7 +42,8 @@ struct CachingOptions {
   /// total memory.
   double per_process_memory_fraction = 1.0;
   bool expandable_segments = false;
-  /// Address space reserved per (stream, pool) with expandable segments; 0 = device total.
+  /// Address space reserved per (stream, pool) with expandable segments; 0 = twice the device's
+  /// memory (1.125 times, then once, where the device refuses more): see expandable_segment.cpp.
   std::size_t expandable_reserve = 0;
   /// With expandable segments, pages are mapped in calls of at most this many bytes (rounded
   /// to the device granularity), so that a large request maps piece by piece and a failure
