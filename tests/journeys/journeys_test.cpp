@@ -46,13 +46,23 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// One folder per test process, removed when the process exits.
 fs::path temp_dir() {
-  static fs::path dir = [] {
-    std::string t = (fs::temp_directory_path() / "modelmem-journeys-XXXXXX").string();
-    char* made = mkdtemp(t.data());
-    return fs::path(made ? made : "/tmp");
-  }();
-  return dir;
+  struct Folder {
+    fs::path path;
+    bool made = false;
+    Folder() {
+      std::string t = (fs::temp_directory_path() / "modelmem-journeys-XXXXXX").string();
+      made = mkdtemp(t.data()) != nullptr;
+      path = made ? fs::path(t) : fs::temp_directory_path();
+    }
+    ~Folder() {
+      std::error_code ec;
+      if (made) fs::remove_all(path, ec);
+    }
+  };
+  static Folder folder;
+  return folder.path;
 }
 
 // The environment of this process with `extra` ("K=V") set and `drop` removed.
