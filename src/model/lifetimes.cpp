@@ -7,17 +7,19 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 
+#include "model/eager_rules.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::model {
+namespace d = detail;
+using d::contiguous_strides, d::conv_workspace_bytes, d::dense_like, d::find_window_attention,
+    d::fixed_tensor, d::in_arena, d::is_contiguous, d::matmul_reads_in_place, d::Strides,
+    d::view_strides, d::WindowAttention;
 namespace {
-
-bool in_arena(const Tensor& t) {
-  return (t.kind == TensorKind::kActivation || t.kind == TensorKind::kInput) && t.bytes > 0;
-}
 
 struct Group {
   std::size_t bytes = 0;
@@ -77,91 +79,6 @@ void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& s
   }
 }
 
-// PyTorch 1.13's CPU convolution (float32, one intra-op thread), as recorded call by call with
-// `modelmem run --trace` (docs/plan.md). It takes oneDNN (mkldnn_convolution) when
-//   (strided or dilated or batch >= 16 or kernel not 1x1) and
-//   (groups > 1 or both kernel dims > 3 or batch > 1 or the input has more than 20480 elements),
-// else its own kernel (slow_conv2d). oneDNN reorders into a channel-blocked layout whose
-// channel count is rounded up to kOneDnnBlock: it copies the input (unless fewer than 16
-// channels and one group: it reads those plain), copies the weights, computes into a blocked
-// output, frees both copies and reorders the blocked output into the plain one; a 1x1 strided
-// kernel first packs one image's strided input. slow_conv2d unfolds the input (im2col) into one
-// buffer for the whole batch, except for a 1x1 kernel with unit stride.
-// Returns what the step holds beyond its input and output, which the plan counts already.
-constexpr std::size_t kOneDnnBlock = 16;  // AVX-512's channel block (AVX2: 8)
-
-std::size_t round_block(std::size_t channels) {
-  return (channels + kOneDnnBlock - 1) / kOneDnnBlock * kOneDnnBlock;
-}
-
-std::size_t conv_workspace_bytes(const Graph& graph, const Node& node,
-                                 const LifetimeOptions& options) {
-  if (node.inputs.size() < 2 || node.inputs[0] < 0 || node.inputs[1] < 0 || node.outputs.empty() ||
-      node.outputs[0] < 0)
-    return 0;
-  const Tensor& x = graph.tensors[node.inputs[0]];
-  const Tensor& w = graph.tensors[node.inputs[1]];
-  const Tensor& y = graph.tensors[node.outputs[0]];
-  const std::size_t rank = x.shape.size();
-  if (rank < 3 || w.shape.size() != rank || y.shape.size() != rank || !in_arena(x)) return 0;
-  auto u = [](std::int64_t v) { return static_cast<std::size_t>(std::max<std::int64_t>(v, 0)); };
-  const std::size_t batch = u(x.shape[0]), ic = u(x.shape[1]), oc = u(y.shape[1]);
-  const std::size_t ic_per_group = u(w.shape[1]);
-  if (ic_per_group == 0 || ic % ic_per_group != 0) return 0;
-  const std::size_t groups = ic / ic_per_group;
-  std::size_t kernel = 1, in_spatial = 1, out_spatial = 1;
-  bool unit_kernel = true, big_kernel = true, strided = false;
-  for (std::size_t d = 2; d < rank; ++d) {
-    kernel *= u(w.shape[d]);
-    in_spatial *= u(x.shape[d]);
-    out_spatial *= u(y.shape[d]);
-    unit_kernel = unit_kernel && w.shape[d] == 1;
-    big_kernel = big_kernel && w.shape[d] > 3;
-    // A 1x1 kernel without padding keeps the size only at stride 1 (the case that matters).
-    strided = strided || (w.shape[d] == 1 && y.shape[d] < x.shape[d]);
-  }
-  const std::size_t e =
-      activation_bytes(x, options.float_bytes) / std::max<std::size_t>(batch * ic * in_spatial, 1);
-  const bool onednn = (strided || batch >= 16 || !unit_kernel) &&
-                      (groups > 1 || big_kernel || batch > 1 || ic * in_spatial > 20480);
-  if (!onednn) {
-    if (unit_kernel && !strided) return 0;
-    return batch * ic * kernel * out_spatial * e;  // im2col
-  }
-  // An input in channels-last layout (made by a Transpose to NCHW from NHWC: a permuted view
-  // in PyTorch, as ConvNeXt's LayerNorm2d returns): PyTorch runs the convolution channels-last,
-  // oneDNN reads the input as it is (no blocked copy), and the weights are first copied into
-  // that layout (weight.contiguous(channels_last)), held beside oneDNN's own copy; a no-op for
-  // a 1x1 kernel or one input channel per group, where both layouts are the same.
-  bool channels_last = false;
-  if (rank == 4 && x.producer >= 0) {
-    // The permutation (0, 3, 1, 2), read from the shapes (nodes keep no attributes).
-    const Node& p = graph.nodes[x.producer];
-    if (p.op_type == "Transpose" && !p.inputs.empty() && p.inputs[0] >= 0) {
-      const auto& in = graph.tensors[p.inputs[0]].shape;
-      channels_last = in.size() == 4 && in != x.shape && x.shape[0] == in[0] &&
-                      x.shape[1] == in[3] && x.shape[2] == in[1] && x.shape[3] == in[2];
-    }
-  }
-  const bool blocked_input = (ic >= kOneDnnBlock || groups > 1) && !channels_last;
-  const std::size_t in_copy = blocked_input ? batch * round_block(ic) * in_spatial * e : 0;
-  std::size_t w_copy = 0;
-  if (groups == 1)
-    w_copy = round_block(oc) * (blocked_input ? round_block(ic) : ic) * kernel * e;
-  else if (groups == ic && groups == oc)
-    w_copy = round_block(oc) * kernel * e;  // depthwise
-  else
-    w_copy = round_block(oc) * ic_per_group * kernel * e;
-  const std::size_t blocked_out = batch * round_block(oc) * out_spatial * e;
-  const std::size_t packed = unit_kernel && strided ? round_block(ic) * out_spatial * e : 0;
-  const std::size_t w_channels_last =
-      channels_last && !unit_kernel && ic_per_group > 1 ? oc * ic_per_group * kernel * e : 0;
-  const std::size_t out = activation_bytes(y, options.float_bytes);
-  const std::size_t held =
-      std::max(in_copy + w_copy + w_channels_last + blocked_out + packed, blocked_out + out);
-  return held > out ? held - out : 0;
-}
-
 bool fusable_op(const std::string& op) {
   return is_in_place_op(op) || op == "ReduceMean" || op == "Softmax";
 }
@@ -216,17 +133,7 @@ bool after_norm(const Graph& graph, const Node& node) {
 // product tensor such an Add writes into, or -1. Nodes whose outputs are not activations (a
 // folded transpose of the weight) do not count in the scope.
 std::vector<int> linear_bias_adds(const Graph& graph) {
-  // A weight, a constant or a view of one (torch.onnx writes an Identity of one initializer for
-  // each parameter with the same value).
-  auto fixed = [&](int t) {
-    for (int depth = 0; t >= 0 && depth < 8; ++depth) {
-      if (!in_arena(graph.tensors[t])) return true;
-      const int p = graph.tensors[t].producer;
-      if (p < 0 || !is_alias_op(graph.nodes[p].op_type) || graph.nodes[p].inputs.empty()) break;
-      t = graph.nodes[p].inputs[0];
-    }
-    return false;
-  };
+  auto fixed = [&](int t) { return fixed_tensor(graph, t); };
   std::vector<int> into(graph.nodes.size(), -1);
   std::vector<std::string> leaf(graph.nodes.size());
   std::map<std::string, int> working;  // deepest scope -> nodes making activations
@@ -368,6 +275,24 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   }
 
   if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
+  WindowAttention wa;
+  if (options.window_attention) {
+    wa = find_window_attention(graph);
+    lt.window_attentions = wa.scopes;
+    for (auto [x, until] : wa.held)
+      if (in_arena(graph.tensors[x])) last[x] = std::max(last[x], lt.step_of_node[until]);
+  }
+  std::vector<Strides> strides(wa.scopes ? graph.tensors.size() : 0);
+  auto strides_of = [&](int t) {
+    const Strides& st = strides[t];
+    return st.empty() ? contiguous_strides(graph.tensors[t].shape) : st;
+  };
+  struct Copy {
+    std::size_t step;
+    std::size_t bytes;
+    std::string id;
+  };
+  std::vector<Copy> copies;
 
   std::vector<bool> fused(graph.tensors.size(), false);
   if (options.fuse_leaf_modules) fused = fused_in_leaf_modules(graph);
@@ -401,6 +326,88 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       if (graph.tensors[in].dtype != graph.tensors[o].dtype || size[in] != size[o]) return -1;
       return group_of[in];
     };
+    // In a window attention: the group output `k` (`o`) of `node` shares, or -1 for a new
+    // buffer; records the operand copies a MatMul or Softmax makes.
+    auto windowed_output = [&](const Node& nd, std::size_t k, int o) -> int {
+      const std::string& op = nd.op_type;
+      const Tensor& out = graph.tensors[o];
+      if (k == 0 && (op == "MatMul" || op == "Softmax")) {
+        for (std::size_t i = 0; i < nd.inputs.size() && i < 2; ++i) {
+          const int in = nd.inputs[i];
+          if (in < 0 || !in_arena(graph.tensors[in])) continue;
+          const Tensor& t = graph.tensors[in];
+          const Strides st = strides_of(in);
+          const bool copied =
+              op == "MatMul" ? !matmul_reads_in_place(t.shape, st) : !is_contiguous(t.shape, st);
+          if (copied) copies.push_back({s, size[in], nd.name + ":copy" + std::to_string(i)});
+        }
+        return -1;
+      }
+      if (k != 0 || nd.inputs.empty() || nd.inputs[0] < 0) return -1;
+      const int in = nd.inputs[0];
+      const Tensor& src = graph.tensors[in];
+      if (!in_arena(src) || group_of[in] < 0) {
+        // F.linear's bias: added in place into the product of a MatMul by a weight
+        if (op != "Add" || nd.inputs.size() != 2) return -1;
+      }
+      if (op == "Add" && nd.inputs.size() == 2) {
+        for (int j = 0; j < 2; ++j) {
+          const int prod = nd.inputs[j], bias = nd.inputs[1 - j];
+          if (prod < 0 || bias < 0 || !fixed_tensor(graph, bias) ||
+              !in_arena(graph.tensors[prod]) || graph.tensors[prod].producer < 0)
+            continue;
+          const Node& mm = graph.nodes[graph.tensors[prod].producer];
+          if (mm.op_type != "MatMul" || mm.inputs.size() != 2 || !fixed_tensor(graph, mm.inputs[1]))
+            continue;
+          const int g = dying(prod, o);
+          if (g < 0) continue;
+          strides[o] = strides[prod];
+          ++lt.in_place;
+          return g;
+        }
+        return -1;
+      }
+      const Strides st = strides_of(in);
+      std::optional<Strides> view;
+      if (op == "Transpose") {
+        Strides p(st.size());
+        for (std::size_t d = 0; d < st.size(); ++d) {
+          std::int64_t from = nd.perm.empty() ? static_cast<std::int64_t>(st.size() - 1 - d)
+                              : nd.perm.size() == st.size() ? nd.perm[d]
+                                                            : -1;
+          if (from < 0 || from >= static_cast<std::int64_t>(st.size())) return -1;
+          p[d] = st[from];
+        }
+        view = p;
+      } else if (op == "Gather" && nd.inputs.size() == 2 && nd.inputs[1] >= 0) {
+        const Tensor& idx = graph.tensors[nd.inputs[1]];
+        std::int64_t axis = nd.axis < 0 ? nd.axis + static_cast<std::int64_t>(st.size()) : nd.axis;
+        if (in_arena(idx) || !idx.shape.empty() || axis < 0 ||
+            axis >= static_cast<std::int64_t>(st.size()))
+          return -1;  // torch.index_select: a copy
+        Strides p = st;
+        p.erase(p.begin() + axis);
+        view = p;
+      } else if (op == "Slice") {
+        if (out.shape.size() != st.size()) return -1;
+        view = st;
+      } else if (op == "Expand") {
+        const std::size_t r = out.shape.size();
+        if (r < st.size()) return -1;
+        Strides p(r, 0);
+        for (std::size_t d = 0; d < st.size(); ++d) {
+          const std::size_t od = r - st.size() + d;
+          p[od] = src.shape[d] == out.shape[od] ? st[d] : 0;
+        }
+        view = p;
+      } else if (is_alias_op(op)) {
+        view = view_strides(src.shape, st, out.shape);  // none: reshape copies
+      }
+      if (!view) return -1;
+      strides[o] = is_contiguous(out.shape, *view) ? Strides{} : *view;
+      ++lt.aliases;
+      return group_of[in];
+    };
     for (std::size_t k = 0; k < node.outputs.size(); ++k) {
       int o = node.outputs[k];
       if (o < 0 || !in_arena(graph.tensors[o])) continue;
@@ -409,8 +416,23 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
         continue;
       }
       int g = -1;
-      if (options.alias && k == 0 && is_alias_op(node.op_type) && !node.inputs.empty() &&
-          node.inputs[0] >= 0) {
+      const bool windowed = wa.scopes && wa.inside[lt.order[s]];
+      if (windowed) g = windowed_output(node, k, o);
+      if (g >= 0) {
+        // a view (or F.linear's bias add) in a window attention
+      } else if (windowed) {
+        // a new tensor: elementwise ops write in the layout of their first full-shape input
+        if (is_in_place_op(node.op_type)) {
+          for (int in : node.inputs) {
+            if (in < 0 || !in_arena(graph.tensors[in]) ||
+                graph.tensors[in].shape != graph.tensors[o].shape)
+              continue;
+            strides[o] = dense_like(graph.tensors[o].shape, strides_of(in));
+            break;
+          }
+        }
+      } else if (options.alias && k == 0 && is_alias_op(node.op_type) && !node.inputs.empty() &&
+                 node.inputs[0] >= 0) {
         int in = node.inputs[0];
         const Tensor& src = graph.tensors[in];
         if (!in_arena(src) || weight_view[in]) {
@@ -425,8 +447,9 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
           ++lt.aliases;
         }
       }
-      if (g < 0 && ((options.in_place && is_in_place_op(node.op_type)) ||
-                    (options.activation_in_place_after_norm && after_norm(graph, node)))) {
+      if (g < 0 && !windowed &&
+          ((options.in_place && is_in_place_op(node.op_type)) ||
+           (options.activation_in_place_after_norm && after_norm(graph, node)))) {
         for (int in : node.inputs) {
           g = dying(in, o);
           if (g < 0) continue;
@@ -434,7 +457,7 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
           break;
         }
       }
-      if (g < 0 && k == 0 && !linear_into.empty() && linear_into[lt.order[s]] >= 0) {
+      if (g < 0 && !windowed && k == 0 && !linear_into.empty() && linear_into[lt.order[s]] >= 0) {
         g = dying(linear_into[lt.order[s]], o);
         if (g >= 0) ++lt.in_place;
       }
@@ -476,6 +499,17 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       lt.tensors_of.emplace_back();
       ++lt.workspaces;
     }
+  }
+  for (Copy& c : copies) {
+    plan::Buffer b;
+    b.id = std::move(c.id);
+    b.size = checked_align_up(c.bytes, options.alignment, "matmul operand copy");
+    b.start = static_cast<plan::Time>(c.step);
+    b.end = static_cast<plan::Time>(c.step + 1);
+    b.alignment = options.alignment;
+    lt.problem.buffers.push_back(std::move(b));
+    lt.tensors_of.emplace_back();
+    ++lt.matmul_copies;
   }
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
     if (!in_arena(graph.tensors[i])) continue;

@@ -400,6 +400,12 @@ class Importer {
       out.name = node.name().empty() ? fmt::format("#{}", n) : node.name();
       out.op_type = node.op_type();
       out.domain = node.domain() == "ai.onnx" ? "" : node.domain();
+      for (const auto& a : node.attribute()) {
+        if (a.name() == "perm" && out.op_type == "Transpose")
+          out.perm.assign(a.ints().begin(), a.ints().end());
+        else if (a.name() == "axis" && out.op_type == "Gather")
+          out.axis = a.i();
+      }
       for (const auto& name : node.input()) {
         if (name.empty()) {
           out.inputs.push_back(-1);

@@ -52,6 +52,14 @@ class ModelBuilder {
     for (auto v : values) t->add_int64_data(v);
     return *this;
   }
+  /// A rank-0 int64 initializer (Gather's single index).
+  ModelBuilder& scalar(const std::string& name, std::int64_t value) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_int64_data(value);
+    return *this;
+  }
   onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& in,
                         const std::vector<std::string>& out, const std::string& name = "") {
     auto* n = model_.mutable_graph()->add_node();

@@ -41,6 +41,10 @@ struct Node {
   std::string domain;        ///< "" for the default ONNX domain
   std::vector<int> inputs;   ///< tensor indices, -1 for an omitted optional input
   std::vector<int> outputs;  ///< tensor indices, -1 for an omitted optional output
+  /// Transpose's `perm` (empty: the dims reversed, ONNX's default) and Gather's `axis`: what
+  /// the eager model needs to follow a view's layout (model/lifetimes.cpp).
+  std::vector<std::int64_t> perm;
+  std::int64_t axis = 0;
 };
 
 struct Graph {

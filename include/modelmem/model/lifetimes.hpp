@@ -62,6 +62,17 @@ struct LifetimeOptions {
   /// flattened input, or matmul then an in-place add_): the Add writes into the product. Needs
   /// torch.onnx's scoped node names: elsewhere (`x @ w + b` in a forward) PyTorch allocates both.
   bool linear_bias_in_place = false;
+  /// PyTorch eager inside torchvision's `shifted_window_attention` (Swin, Swin-V2): a module
+  /// scope with a Softmax whose first projection (a MatMul by a weight) reads a tensor the
+  /// scope made itself, the window partition `x`. There the layout of each tensor is followed:
+  /// Transpose, Slice, Expand and Gather of one index are views of their input (the qkv
+  /// projection stays whole while q, k and v live), a Reshape is a view where PyTorch's view
+  /// rule allows and a copy elsewhere, an elementwise op writes in its input's layout, a
+  /// MatMul copies an operand whose batch dims do not merge (torch.matmul's reshape to 3-D),
+  /// the projections' bias adds are F.linear's own (in place), and `x`, a Python local, lives
+  /// until the attention's output is reshaped into the next `x`. Needs torch.onnx's scoped
+  /// node names; changes nothing in a graph without such a scope.
+  bool window_attention = false;
 };
 
 struct Lifetimes {
@@ -78,7 +89,9 @@ struct Lifetimes {
   std::size_t aliases = 0;                    ///< view outputs sharing their input
   std::size_t weight_views = 0;               ///< views of weights/constants (no activation memory)
   std::size_t workspaces = 0;                 ///< conv_workspace buffers
-  std::size_t fused = 0;                      ///< fuse_leaf_modules: tensors without a buffer
+  std::size_t window_attentions = 0;  ///< scopes planned as window attention (window_attention)
+  std::size_t matmul_copies = 0;      ///< operand copies of MatMuls in those scopes
+  std::size_t fused = 0;              ///< fuse_leaf_modules: tensors without a buffer
 };
 
 /// Builds the lifetimes. Throws InvalidInput when `order` is not a topological permutation.

@@ -1,0 +1,64 @@
+// What PyTorch eager allocates beyond a graph's tensors, for the eager lifetimes of
+// model/lifetimes.cpp: a convolution's own buffers (LifetimeOptions::conv_workspace), the
+// layouts of views and torchvision's window attention (LifetimeOptions::window_attention).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modelmem/model/graph.hpp"
+#include "modelmem/model/lifetimes.hpp"
+
+namespace modelmem::model::detail {
+
+/// An activation or graph input with bytes: what the arena holds.
+inline bool in_arena(const Tensor& t) {
+  return (t.kind == TensorKind::kActivation || t.kind == TensorKind::kInput) && t.bytes > 0;
+}
+
+// PyTorch 1.13's CPU convolution (float32, one intra-op thread), as recorded call by call with
+// `modelmem run --trace` (docs/plan.md). It takes oneDNN (mkldnn_convolution) when
+//   (strided or dilated or batch >= 16 or kernel not 1x1) and
+//   (groups > 1 or both kernel dims > 3 or batch > 1 or the input has more than 20480 elements),
+// else its own kernel (slow_conv2d). oneDNN reorders into a channel-blocked layout whose
+// channel count is rounded up to kOneDnnBlock: it copies the input (unless fewer than 16
+// channels and one group: it reads those plain), copies the weights, computes into a blocked
+// output, frees both copies and reorders the blocked output into the plain one; a 1x1 strided
+// kernel first packs one image's strided input. slow_conv2d unfolds the input (im2col) into one
+// buffer for the whole batch, except for a 1x1 kernel with unit stride.
+// Returns what the step holds beyond its input and output, which the plan counts already.
+std::size_t conv_workspace_bytes(const Graph& graph, const Node& node,
+                                 const LifetimeOptions& options);
+
+/// Strides in elements; empty = contiguous.
+using Strides = std::vector<std::int64_t>;
+
+Strides contiguous_strides(const std::vector<std::int64_t>& shape);
+bool is_contiguous(const std::vector<std::int64_t>& shape, const Strides& st);
+/// The strides of a view of shape `to` on a tensor of shape `from` with strides `st`, where
+/// PyTorch's view rule allows one (dims merged or split only where the memory is evenly
+/// spaced); nullopt where `reshape` must copy.
+std::optional<Strides> view_strides(const std::vector<std::int64_t>& from, const Strides& st,
+                                    const std::vector<std::int64_t>& to);
+/// Whether torch.matmul reads an operand of this layout without copying it: its batch dims
+/// merge into one (the reshape to 3-D is a view) and its matrix has a unit stride in one dim.
+bool matmul_reads_in_place(const std::vector<std::int64_t>& shape, const Strides& st);
+/// The layout PyTorch's elementwise kernels write for an input of this layout: the dims ordered
+/// as in the input's memory, densely (empty when that is contiguous).
+Strides dense_like(const std::vector<std::int64_t>& shape, const Strides& st);
+/// A weight, a constant or a view of one (torch.onnx writes an Identity of one initializer for
+/// each parameter with the same value).
+bool fixed_tensor(const Graph& graph, int t);
+
+/// The scopes of torchvision's `shifted_window_attention` in a graph (window_attention.cpp).
+struct WindowAttention {
+  std::vector<bool> inside;               ///< per node: a node of such a scope
+  std::vector<std::pair<int, int>> held;  ///< (the partition x, the node making the next x)
+  std::size_t scopes = 0;
+};
+WindowAttention find_window_attention(const Graph& graph);
+
+}  // namespace modelmem::model::detail
