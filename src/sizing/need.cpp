@@ -237,7 +237,10 @@ trace::Trace allocation_sequence(const model::ModelPlan& plan, std::size_t infer
   std::vector<std::tuple<plan::Time, int, std::size_t>> order;
   for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
     if (held[i] || problem.buffers[i].size < min_request) continue;
-    order.emplace_back(problem.buffers[i].start, 1, i);
+    // A buffer no tensor holds is a step's own (a convolution's workspace, a matmul's operand
+    // copy): PyTorch makes it before the step's output, which it computes into or from.
+    const bool own = plan.plan.lifetimes.tensors_of[i].empty();
+    order.emplace_back(problem.buffers[i].start, own ? 1 : 2, i);
     order.emplace_back(problem.buffers[i].end, 0, i);
   }
   std::sort(order.begin(), order.end());
@@ -245,8 +248,8 @@ trace::Trace allocation_sequence(const model::ModelPlan& plan, std::size_t infer
     push(EventKind::kMark, 0, 0, "step_begin");
     const std::uintptr_t base = address;
     for (const auto& [step, alloc, i] : order)
-      push(alloc ? EventKind::kAlloc : EventKind::kFree, base + 64 * i, problem.buffers[i].size,
-           nullptr);
+      push(alloc != 0 ? EventKind::kAlloc : EventKind::kFree, base + 64 * i,
+           problem.buffers[i].size, nullptr);
     address = base + 64 * (problem.buffers.size() + 1);
     push(EventKind::kMark, 0, 0, "step_end");
   }
@@ -314,9 +317,17 @@ PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& optio
   }
   n.replay_mib = hi;
   if (eager_order && config::parse_config(n.strategy).get("strategy") != "static") {
+    // Two segments, or half the largest request made and freed again where that is more
+    // (weights and the input are held: they split no block after them).
     bool large = false;
-    for (const auto& b : blocks.blocks) large = large || b.size > kMiB;
-    n.order_slack = (large ? 20 : 2) * kMiB;
+    std::size_t largest = 0;
+    for (const auto& b : blocks.blocks) {
+      large = large || b.size > kMiB;
+      if (b.free_index != trace::kNever) largest = std::max(largest, b.size);
+    }
+    n.order_slack =
+        large ? std::max(40 * kMiB, checked_align_up(largest / 2, 2 * kMiB, "order slack"))
+              : 4 * kMiB;
   }
   n.need_mib = hi + n.order_slack / kMiB;
   n.need = n.need_mib * kMiB;

@@ -74,10 +74,14 @@ struct PoolNeed {
   /// The smallest whole-MiB quota under which the strategy serves the sequence with no
   /// out-of-memory (one MiB less does not).
   std::size_t replay_mib = 0;
-  /// Under the eager runtime on a segmenting pool (caching, expandable, planned's fallback): one
-  /// more segment (20 MiB when the sequence has requests above 1 MiB, else 2 MiB). PyTorch's
-  /// eager order is not the plan's: it allocates outputs the exported graph folded away
-  /// (BatchNorm after a Conv), which measured one segment more on mobilenet_v2 (docs/plan.md).
+  /// Under the eager runtime on a segmenting pool (caching, expandable, planned's fallback): two
+  /// segments (40 MiB when the sequence has requests above 1 MiB, else 4 MiB), or half the
+  /// largest request the sequence frees where that is more. PyTorch's eager order is not the
+  /// plan's around a step (outputs the export folded away, a convolution's copies made one by
+  /// one, a view's base freed an op later), and where a caching pool splits its blocks follows
+  /// that order: PyTorch itself needed from 74 MiB less to 44 MiB (0.35 times the largest
+  /// request) more than the replay on the models measured (docs/plan.md; docs/benchmarks.md,
+  /// need-order).
   std::size_t order_slack = 0;
   /// What the pool needs: replay_mib MiB + order_slack (need_mib MiB), the figure every quota,
   /// total and fit verdict uses.
