@@ -456,6 +456,31 @@ TEST(Journeys, TheBatchPlanFitPrintsRunsInItsPoolAndOneMoreIsRefusedByThePool) {
   EXPECT_NE(over.err.find("quota"), std::string::npos) << over.err;
 }
 
+// A window attention at 224x224 (Swin-V2-T): on 400 MiB the strings the need with one 20 MiB
+// segment of slack printed (394 MiB at batch 16) were refused by PyTorch, which needs 407-410 MiB
+// there (docs/benchmarks.md, need-order). The string printed now runs the batch printed.
+TEST(Journeys, AWindowAttentionModelRunsAtTheBatchFitPrintsUnderTheStringItPrints) {
+  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  constexpr int kSize = 224;
+  const std::string swin = exported("swin_v2_t", kSize);
+  Result plan = run({kCli, "plan", swin, "--fit", "batch", "--device-memory", "400MiB", "--runtime",
+                     "eager", "--strategy", "caching", "--device-kind", "host"});
+  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
+  const long batch = value_after(plan.out, "fit            batch=");
+  ASSERT_GT(batch, 1) << plan.out;
+  const std::string conf = config_after(plan.out, "config         one process: ");
+  ASSERT_NE(conf.find("pools:[swin_v2_t:"), std::string::npos) << plan.out;
+  Result at =
+      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+           kDir + "/fit_child.py", std::to_string(kSize), "swin_v2_t:" + std::to_string(batch)},
+          {"OMP_NUM_THREADS=1"});
+  EXPECT_EQ(at.code, 0) << at.err;
+  EXPECT_NE(at.out.find("ok swin_v2_t " + std::to_string(batch)), std::string::npos)
+      << conf << "\n"
+      << at.out << at.err;
+  EXPECT_NE(at.err.find(", 0 by the next allocator"), std::string::npos) << at.err;
+}
+
 TEST(Journeys, TwoModelsRunUnderThePoolsPlanPrintsWithoutAnOom) {
   if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
   constexpr int kSize = 112;
