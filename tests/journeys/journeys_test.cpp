@@ -423,60 +423,64 @@ std::string exported(const std::string& model, int size) {
   return out;
 }
 
+// `plan --fit batch` for a torchvision model exported at `size` on `budget`: the batch and the
+// one-process string it prints.
+struct FitPrinted {
+  long batch = -1;
+  std::string conf;
+};
+FitPrinted fit_printed(const std::string& model, int size, const std::string& budget) {
+  const std::string onnx = exported(model, size);
+  Result plan = run({kCli, "plan", onnx, "--fit", "batch", "--device-memory", budget, "--runtime",
+                     "eager", "--strategy", "caching", "--device-kind", "host"});
+  EXPECT_EQ(plan.code, 0) << plan.out << plan.err;
+  FitPrinted f{value_after(plan.out, "fit            batch="),
+               config_after(plan.out, "config         one process: ")};
+  EXPECT_GT(f.batch, 1) << plan.out;
+  EXPECT_NE(f.conf.find("pools:[" + model + ":"), std::string::npos) << plan.out;
+  return f;
+}
+
+// The model at `batch` in its pool, under `conf` (fit_child.py), with the preload's report.
+Result run_in_pool(const std::string& conf, int size, const std::string& model, long batch) {
+  return run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
+              kDir + "/fit_child.py", std::to_string(size), model + ":" + std::to_string(batch)},
+             {"OMP_NUM_THREADS=1"});
+}
+
 TEST(Journeys, TheBatchPlanFitPrintsRunsInItsPoolAndOneMoreIsRefusedByThePool) {
   if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
   constexpr int kSize = 112;  // input height and width: a short run
-  const std::string r18 = exported("resnet18", kSize);
-  Result plan = run({kCli, "plan", r18, "--fit", "batch", "--device-memory", "160MiB", "--runtime",
-                     "eager", "--strategy", "caching", "--device-kind", "host"});
-  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
-  const long batch = value_after(plan.out, "fit            batch=");
-  ASSERT_GT(batch, 1) << plan.out;
-  const std::string conf = config_after(plan.out, "config         one process: ");
-  ASSERT_NE(conf.find("pools:[resnet18:"), std::string::npos) << plan.out;
+  const FitPrinted f = fit_printed("resnet18", kSize, "160MiB");
+  ASSERT_GT(f.batch, 1);
 
   // At the batch found, under exactly that string: every request served by the pool.
-  Result at =
-      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
-           kDir + "/fit_child.py", std::to_string(kSize), "resnet18:" + std::to_string(batch)},
-          {"OMP_NUM_THREADS=1"});
+  Result at = run_in_pool(f.conf, kSize, "resnet18", f.batch);
   EXPECT_EQ(at.code, 0) << at.err;
-  EXPECT_NE(at.out.find("ok resnet18 " + std::to_string(batch)), std::string::npos)
+  EXPECT_NE(at.out.find("ok resnet18 " + std::to_string(f.batch)), std::string::npos)
       << at.out << at.err;
   EXPECT_NE(at.err.find(", 0 by the next allocator"), std::string::npos) << at.err;
   EXPECT_EQ(at.err.find("is full"), std::string::npos) << at.err;
 
   // Twice the batch needs more than the pool: refused inside it, with its name and quota.
-  Result over =
-      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
-           kDir + "/fit_child.py", std::to_string(kSize), "resnet18:" + std::to_string(2 * batch)},
-          {"OMP_NUM_THREADS=1"});
+  Result over = run_in_pool(f.conf, kSize, "resnet18", 2 * f.batch);
   EXPECT_NE(over.out.find("refused resnet18"), std::string::npos) << over.out << over.err;
   EXPECT_NE(over.err.find("pool 'resnet18'"), std::string::npos) << over.err;
   EXPECT_NE(over.err.find("quota"), std::string::npos) << over.err;
 }
 
-// A window attention at 224x224 (Swin-V2-T): on 400 MiB the strings the need with one 20 MiB
-// segment of slack printed (394 MiB at batch 16) were refused by PyTorch, which needs 407-410 MiB
-// there (docs/benchmarks.md, need-order). The string printed now runs the batch printed.
+// A window attention at 224x224 (Swin-V2-T): on 400 MiB the need with one 20 MiB segment of
+// slack printed 394 MiB at batch 16, which PyTorch refused (it needs 407-410 MiB there;
+// docs/benchmarks.md, need-order). The string printed now runs the batch printed.
 TEST(Journeys, AWindowAttentionModelRunsAtTheBatchFitPrintsUnderTheStringItPrints) {
   if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
   constexpr int kSize = 224;
-  const std::string swin = exported("swin_v2_t", kSize);
-  Result plan = run({kCli, "plan", swin, "--fit", "batch", "--device-memory", "400MiB", "--runtime",
-                     "eager", "--strategy", "caching", "--device-kind", "host"});
-  ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
-  const long batch = value_after(plan.out, "fit            batch=");
-  ASSERT_GT(batch, 1) << plan.out;
-  const std::string conf = config_after(plan.out, "config         one process: ");
-  ASSERT_NE(conf.find("pools:[swin_v2_t:"), std::string::npos) << plan.out;
-  Result at =
-      run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
-           kDir + "/fit_child.py", std::to_string(kSize), "swin_v2_t:" + std::to_string(batch)},
-          {"OMP_NUM_THREADS=1"});
+  const FitPrinted f = fit_printed("swin_v2_t", kSize, "400MiB");
+  ASSERT_GT(f.batch, 1);
+  Result at = run_in_pool(f.conf, kSize, "swin_v2_t", f.batch);
   EXPECT_EQ(at.code, 0) << at.err;
-  EXPECT_NE(at.out.find("ok swin_v2_t " + std::to_string(batch)), std::string::npos)
-      << conf << "\n"
+  EXPECT_NE(at.out.find("ok swin_v2_t " + std::to_string(f.batch)), std::string::npos)
+      << f.conf << "\n"
       << at.out << at.err;
   EXPECT_NE(at.err.find(", 0 by the next allocator"), std::string::npos) << at.err;
 }

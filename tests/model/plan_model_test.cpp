@@ -309,6 +309,16 @@ TEST(PlanModel, EagerRunsALeafModuleOfElementwiseNodesAsOneOperator) {
   EXPECT_EQ(peak("/act", "ReduceMax"), 4096u);
 }
 
+// PyTorch eager's lifetimes with torch.onnx's module scopes and nn.Linear as one operator.
+LifetimeOptions eager_with_modules() {
+  LifetimeOptions o;
+  o.in_place = false;
+  o.inputs_live_throughout = true;
+  o.module_scopes = true;
+  o.linear_bias_in_place = true;
+  return o;
+}
+
 TEST(PlanModel, EagerRunsNnLinearAsOneOperatorWithOneOutput) {
   // nn.Linear on a [1, 4, 64] input, exported as MatMul by the weight and Add of the bias in the
   // Linear's own scope "/fc": PyTorch's addmm (or matmul + add_) makes one output, so L shares
@@ -323,12 +333,7 @@ TEST(PlanModel, EagerRunsNnLinearAsOneOperatorWithOneOutput) {
     b.node("Add", {"bias", "P"}, {"L"}, add_name);
     b.node("Relu", {"L"}, {"Y"}, extra.empty() ? "/post/Relu" : extra);
     Graph g = load_onnx_bytes(b.bytes(), "linear.onnx", "");
-    LifetimeOptions o;
-    o.in_place = false;
-    o.inputs_live_throughout = true;
-    o.module_scopes = true;
-    o.linear_bias_in_place = true;
-    Lifetimes lt = build_lifetimes(g, o);
+    Lifetimes lt = build_lifetimes(g, eager_with_modules());
     return std::make_pair(lt.buffer_of[g.find_tensor("L")] == lt.buffer_of[g.find_tensor("P")],
                           plan::lower_bound(lt.problem));
   };
@@ -401,11 +406,7 @@ testing::ModelBuilder window_attention_model(const std::string& partition_scope)
 TEST(PlanModel, EagerFollowsTheLayoutsOfAWindowAttention) {
   auto lifetimes = [](const testing::ModelBuilder& b, bool window) {
     Graph g = b.load();
-    LifetimeOptions o;
-    o.in_place = false;
-    o.inputs_live_throughout = true;
-    o.module_scopes = true;
-    o.linear_bias_in_place = true;
+    LifetimeOptions o = eager_with_modules();
     o.window_attention = window;
     return std::make_pair(std::move(g), build_lifetimes(g, o));
   };
