@@ -133,7 +133,6 @@ bool after_norm(const Graph& graph, const Node& node) {
 // product tensor such an Add writes into, or -1. Nodes whose outputs are not activations (a
 // folded transpose of the weight) do not count in the scope.
 std::vector<int> linear_bias_adds(const Graph& graph) {
-  auto fixed = [&](int t) { return fixed_tensor(graph, t); };
   std::vector<int> into(graph.nodes.size(), -1);
   std::vector<std::string> leaf(graph.nodes.size());
   std::map<std::string, int> working;  // deepest scope -> nodes making activations
@@ -144,7 +143,8 @@ std::vector<int> linear_bias_adds(const Graph& graph) {
     leaf[v] = scopes.back();
     for (std::size_t k = 0; k + 1 < scopes.size(); ++k) inner.insert(scopes[k]);
     const auto& outs = graph.nodes[v].outputs;
-    if (std::any_of(outs.begin(), outs.end(), [&](int o) { return o >= 0 && !fixed(o); }))
+    if (std::any_of(outs.begin(), outs.end(),
+                    [&](int o) { return o >= 0 && !fixed_tensor(graph, o); }))
       ++working[leaf[v]];
   }
   for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
@@ -154,13 +154,14 @@ std::vector<int> linear_bias_adds(const Graph& graph) {
       continue;
     for (int k = 0; k < 2; ++k) {
       const int prod = add.inputs[k], bias = add.inputs[1 - k];
-      if (prod < 0 || bias < 0 || !fixed(bias)) continue;
+      if (prod < 0 || bias < 0 || !fixed_tensor(graph, bias)) continue;
       const Tensor& t = graph.tensors[prod];
       if (t.producer < 0 || t.graph_output || t.consumers.size() != 1 ||
           leaf[t.producer] != leaf[v])
         continue;
       const Node& mm = graph.nodes[t.producer];
-      if (mm.op_type != "MatMul" || mm.inputs.size() != 2 || !fixed(mm.inputs[1])) continue;
+      if (mm.op_type != "MatMul" || mm.inputs.size() != 2 || !fixed_tensor(graph, mm.inputs[1]))
+        continue;
       into[v] = prod;
     }
   }
@@ -483,32 +484,30 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     lt.problem.buffers.push_back(std::move(b));
     lt.tensors_of.push_back(g.members);
   }
+  // A buffer of one step's own (no tensor holds it): live during step `step` only.
+  auto add_step_buffer = [&](std::string id, std::size_t bytes, std::size_t step,
+                             const char* what) {
+    plan::Buffer b;
+    b.id = std::move(id);
+    b.size = checked_align_up(bytes, options.alignment, what);
+    b.start = static_cast<plan::Time>(step);
+    b.end = static_cast<plan::Time>(step + 1);
+    b.alignment = options.alignment;
+    lt.problem.buffers.push_back(std::move(b));
+    lt.tensors_of.emplace_back();
+  };
   if (options.conv_workspace) {
     for (std::size_t st = 0; st < n; ++st) {
       const Node& node = graph.nodes[lt.order[st]];
       if (node.op_type != "Conv") continue;
       std::size_t bytes = conv_workspace_bytes(graph, node, options);
       if (bytes == 0) continue;
-      plan::Buffer b;
-      b.id = node.name + ":workspace";
-      b.size = checked_align_up(bytes, options.alignment, "conv workspace");
-      b.start = static_cast<plan::Time>(st);
-      b.end = static_cast<plan::Time>(st + 1);
-      b.alignment = options.alignment;
-      lt.problem.buffers.push_back(std::move(b));
-      lt.tensors_of.emplace_back();
+      add_step_buffer(node.name + ":workspace", bytes, st, "conv workspace");
       ++lt.workspaces;
     }
   }
   for (Copy& c : copies) {
-    plan::Buffer b;
-    b.id = std::move(c.id);
-    b.size = checked_align_up(c.bytes, options.alignment, "matmul operand copy");
-    b.start = static_cast<plan::Time>(c.step);
-    b.end = static_cast<plan::Time>(c.step + 1);
-    b.alignment = options.alignment;
-    lt.problem.buffers.push_back(std::move(b));
-    lt.tensors_of.emplace_back();
+    add_step_buffer(std::move(c.id), c.bytes, c.step, "matmul operand copy");
     ++lt.matmul_copies;
   }
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
