@@ -97,7 +97,8 @@ def export(module, example, path, input_name, dynamic):
     module.eval()
     with torch.no_grad():
         torch.onnx.export(module, example, path, opset_version=OPSET, input_names=[input_name],
-                          output_names=["output"], dynamic_axes=dynamic, do_constant_folding=True)
+                          output_names=["output"], dynamic_axes=dynamic, do_constant_folding=True,
+                          dynamo=False)
     strip_weights(path)
 
 

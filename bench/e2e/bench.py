@@ -128,7 +128,7 @@ def export_onnx(name, path):
     x = model_input(kind, batch)
     with torch.no_grad():
         torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["output"],
-                          opset_version=13)
+                          opset_version=13, dynamo=False)
 
 
 # ----------------------------------------------------------------------------- workers

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The eager figure of `modelmem plan` against PyTorch eager, measured.
 
-Two jobs, run with Debian's python3 (python3-torch, python3-torchvision, python3-onnx):
+Two jobs, run with the project environment (.venv: torch 2.x, torchvision, onnx):
 
   eager_trace.py list
       prints every classification model of torchvision.models, fewest parameters first (from
@@ -116,7 +116,7 @@ def export(name, out, size):
         torch.onnx.export(model, x, raw, opset_version=13, input_names=["input"],
                           output_names=["output"], dynamic_axes={"input": {0: "batch"},
                                                                  "output": {0: "batch"}},
-                          do_constant_folding=True)
+                          do_constant_folding=True, dynamo=False)
         del model
         m = onnx.load(raw, load_external_data=False)
         for init in m.graph.initializer:

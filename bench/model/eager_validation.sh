@@ -2,8 +2,8 @@
 # The eager figure of `modelmem plan` against PyTorch eager: for each torchvision model and
 # batch, export the model to ONNX, record one eager inference with `modelmem run --trace`,
 # measure its activation peak from the trace (bench/model/eager_trace.py) and compare it with
-# the eager peak `modelmem plan --runtime eager` prints. Needs Debian's python3-torch,
-# python3-torchvision and python3-onnx.
+# the eager peak `modelmem plan --runtime eager` prints. Needs the project environment
+# (scripts/setup --runtimes: torch 2.x, torchvision, onnx; PYTHON=... for another interpreter).
 #
 # Usage: [SIZE=224] [BATCHES="1 8"] [TIMEOUT=1800] [FRESH=1]
 #        bench/model/eager_validation.sh [BUILD_DIR] [WORK_DIR] [MODEL... | all]
@@ -43,7 +43,7 @@ batches=${BATCHES:-1 8}
 limit=${TIMEOUT:-1800}
 max_ram=$((${MAX_RAM_GIB:-8} * 1073741824))
 script=$PWD/bench/model/eager_trace.py
-py=/usr/bin/python3
+py=${PYTHON:-$PWD/.venv/bin/python}  # the project environment (scripts/setup --runtimes)
 mkdir -p "$work"
 if [ "${models[*]}" = all ]; then
   mapfile -t models < <($py "$script" list) || { echo "cannot list torchvision's models" >&2; exit 2; }

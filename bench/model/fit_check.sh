@@ -23,7 +23,7 @@ for m in "$@"; do
     continue
   fi
   r=$(OMP_NUM_THREADS=1 timeout 900 "$build/modelmem" run --report --conf "$conf" -- \
-    /usr/bin/python3 tests/journeys/fit_child.py "$size" "$m:$b" 2>&1)
+    "${PYTHON:-.venv/bin/python}" tests/journeys/fit_child.py "$size" "$m:$b" 2>&1)
   echo "$m batch=$b conf=$conf -> $(echo "$r" | grep -E '^ok|^refused' | cut -c1-40) |" \
     "$(echo "$r" | grep -oE '[0-9]+ by the next allocator')"
 done

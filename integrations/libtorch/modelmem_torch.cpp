@@ -65,8 +65,10 @@ void delete_block(void* ptr) {
   }
 }
 
+// PyTorch 2.x's interface (since 2.3): allocate is not const, and copy_data (Tensor.clone of
+// storage) is the allocator's to define; these blocks are plain host memory.
 struct CpuAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     if (n == 0) return {nullptr, nullptr, &delete_block, c10::Device(c10::DeviceType::CPU)};
     void* p = nullptr;
     try {
@@ -91,6 +93,9 @@ struct CpuAllocator final : c10::Allocator {
     return {p, p, &delete_block, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 CpuAllocator g_cpu_allocator;

@@ -30,7 +30,7 @@ using nlohmann::json;
 const std::string kCli = MODELMEM_CLI;
 const std::string kPreload = MODELMEM_PRELOAD_LIB;
 const std::string kDir = MODELMEM_JOURNEYS_DIR;
-const std::string kPython = "/usr/bin/python3";
+const std::string kPython = MODELMEM_PYTHON;
 
 struct Result {
   int code = -1;
@@ -364,7 +364,8 @@ TEST(Journeys, StepMarksFromPythonPlanMarkedSteps) {
 // ---- the default costs no more page faults than the program alone
 
 void expect_no_worse(const std::string& script, const std::string& arg) {
-  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  if (!have_torch())
+    GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   const std::vector<std::string> alone = {kPython, kDir + "/" + script, arg};
   std::vector<std::string> under = {kCli, "run", "--preload", kPreload, "--"};
   under.insert(under.end(), alone.begin(), alone.end());
@@ -449,7 +450,8 @@ Result run_in_pool(const std::string& conf, int size, const std::string& model, 
 }
 
 TEST(Journeys, TheBatchPlanFitPrintsRunsInItsPoolAndOneMoreIsRefusedByThePool) {
-  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  if (!have_torch())
+    GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   constexpr int kSize = 112;  // input height and width: a short run
   const FitPrinted f = fit_printed("resnet18", kSize, "160MiB");
   ASSERT_GT(f.batch, 1);
@@ -473,7 +475,8 @@ TEST(Journeys, TheBatchPlanFitPrintsRunsInItsPoolAndOneMoreIsRefusedByThePool) {
 // slack printed 394 MiB at batch 16, which PyTorch refused (it needs 407-410 MiB there;
 // docs/benchmarks.md, need-order). The string printed now runs the batch printed.
 TEST(Journeys, AWindowAttentionModelRunsAtTheBatchFitPrintsUnderTheStringItPrints) {
-  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  if (!have_torch())
+    GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   constexpr int kSize = 224;
   const FitPrinted f = fit_printed("swin_v2_t", kSize, "400MiB");
   ASSERT_GT(f.batch, 1);
@@ -486,7 +489,8 @@ TEST(Journeys, AWindowAttentionModelRunsAtTheBatchFitPrintsUnderTheStringItPrint
 }
 
 TEST(Journeys, TwoModelsRunUnderThePoolsPlanPrintsWithoutAnOom) {
-  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  if (!have_torch())
+    GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   constexpr int kSize = 112;
   const std::string r18 = exported("resnet18", kSize);
   const std::string mnv2 = exported("mobilenet_v2", kSize);
@@ -509,7 +513,8 @@ TEST(Journeys, ThePoolPlaceGivesAContainerRunsItsModelAndFourTimesTheBatchIsRefu
   // line: the pool at the need on its strategy) under `modelmem run` serves PyTorch eager's
   // resnet50 (the bundled ONNX file is torchvision's export) at the placed batch with every
   // request in the pool; four times the batch is refused inside the pool.
-  if (!have_torch()) GTEST_SKIP() << "python3 cannot import torch (Debian: python3-torch)";
+  if (!have_torch())
+    GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   const std::string model = kDir + "/../../models/resnet50.onnx";
   Result placed = run(
       {kCli, "place", model, "--dim", "batch=2", "--runtime", "eager", "--devices", "1x1GiB:cpu"});

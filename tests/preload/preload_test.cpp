@@ -290,14 +290,15 @@ TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
 }
 
 TEST_F(Preload, SmallPyTorchScriptGivesTheSameResult) {
-  if (run("", "/usr/bin/python3 -c 'import torch'").rc != 0)
-    GTEST_SKIP() << "python3-torch is not installed: PyTorch under the preload library not tested";
+  if (run("", MODELMEM_PYTHON " -c 'import torch'").rc != 0)
+    GTEST_SKIP() << "no torch in the project environment (scripts/setup --runtimes): PyTorch under "
+                    "the preload library not tested";
   const std::string script = std::string(MODELMEM_SOURCE_DIR) + "/tests/preload/torch_small.py";
-  Result plain = run("", "/usr/bin/python3 " + script);
+  Result plain = run("", MODELMEM_PYTHON " " + script);
   ASSERT_EQ(plain.rc, 0) << plain.out;
   Result planned =
       run("LD_PRELOAD=" + kLib + " MODELMEM_ALLOC_CONF=strategy:planned MODELMEM_REPORT=1",
-          "/usr/bin/python3 " + script);
+          MODELMEM_PYTHON " " + script);
   ASSERT_EQ(planned.rc, 0) << planned.out;
   auto checksum = [](const std::string& s) {
     std::smatch m;

@@ -197,7 +197,7 @@ TEST_F(TraceFile, TheReportSaysWhetherAPlanWasDeferred) {
 }
 
 TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
-  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  if (::access(MODELMEM_PYTHON, X_OK) != 0) GTEST_SKIP() << "no " MODELMEM_PYTHON;
   const std::string trace = path("py.csv");
   const std::string script =
       "import sys\n"
@@ -207,7 +207,7 @@ TEST_F(TraceFile, AnUncaughtKeyboardInterruptInPythonKeepsTheTrace) {
       "raise KeyboardInterrupt\n";
   Outcome o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_ALLOC_CONF=strategy:caching",
                      "MODELMEM_TRACE=" + trace},
-                    {"/usr/bin/python3", "-c", script});
+                    {MODELMEM_PYTHON, "-c", script});
   // Python ends itself with SIGINT (default action restored) after the traceback.
   ASSERT_TRUE(WIFSIGNALED(o.status)) << o.out;
   EXPECT_EQ(WTERMSIG(o.status), SIGINT);

@@ -1,5 +1,5 @@
 """The package as a user installs it (CTest python_venv_install): a venv with
---system-site-packages (python3-venv; Debian's torch and pytest stay visible), `pip install
+--system-site-packages seeing the project environment (torch 2.x, pytest, build), `pip install
 --no-build-isolation` of the source folder into it, offline (--no-index), then the Python tests
 run against that installation from a folder outside the source tree, then `pip uninstall`, which
 must leave nothing of modelmem behind. Then the wheel `python3 -m build --wheel --no-isolation`
@@ -33,7 +33,15 @@ def run(cmd, **kw):
 def make_venv(path):
     shutil.rmtree(path, ignore_errors=True)
     run([sys.executable, "-m", "venv", "--system-site-packages", path])
-    return os.path.join(path, "bin", "python")
+    py = os.path.join(path, "bin", "python")
+    # Run from the project environment (a venv: torch 2.x, pytest, build), the new venv's
+    # system site is Debian's, not that environment's: a .pth file makes the environment's
+    # packages visible after the venv's own, as a user's venv would have them installed.
+    if sys.prefix != sys.base_prefix:
+        import sysconfig
+        with open(os.path.join(site_packages(py), "_modelmem_project_env.pth"), "w") as f:
+            f.write(sysconfig.get_paths()["purelib"] + "\n")
+    return py
 
 
 def site_packages(py):

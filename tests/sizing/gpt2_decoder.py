@@ -181,7 +181,8 @@ def export(out):
     with torch.no_grad():
         torch.onnx.export(model, (ids, pos, bias, *past), out, opset_version=17,
                           input_names=["input_ids", "position_ids", "attn_bias", *names],
-                          output_names=outs, dynamic_axes=axes, do_constant_folding=True)
+                          output_names=outs, dynamic_axes=axes, do_constant_folding=True,
+                          dynamo=False)
     m = onnx.load(out)
     if WINDOW:
         # The tracer's shapes for the sliced tensors hold only at the traced length: leave them

@@ -73,8 +73,8 @@ class ServedQuota : public ::testing::Test {
 #ifdef MODELMEM_SANITIZED
     GTEST_SKIP() << "a sanitized LD_PRELOAD library cannot be preloaded into python3";
 #endif
-    if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-      GTEST_SKIP() << "python3-torch is not installed";
+    if (std::system(MODELMEM_PYTHON " -c 'import torch' >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "no torch in the project environment (scripts/setup --runtimes)";
   }
 };
 
@@ -84,7 +84,7 @@ std::vector<std::string> serve(const std::vector<std::string>& confs, const fs::
   std::string script;
   for (std::size_t i = 0; i < confs.size(); ++i)
     script += std::string(MODELMEM_CLI) + " run --report --conf '" + confs[i] +
-              "' -- /usr/bin/python3 " + kSource + "/tests/sizing/serve_child.py 8 512 512 > " +
+              "' -- " MODELMEM_PYTHON " " + kSource + "/tests/sizing/serve_child.py 8 512 512 > " +
               (dir / std::to_string(i)).string() + " 2>&1 & ";
   modelmem::testing::run_command(script + "wait");
   std::vector<std::string> out;

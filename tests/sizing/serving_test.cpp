@@ -45,7 +45,7 @@ class Serving : public ::testing::Test {
     fx_ = fs::path(MODELMEM_BINARY_DIR) / "serving_fixtures";
     fs::create_directories(fx_);
     have_torch_ = fresh(fx_ / "ck") ||
-                  std::system("/usr/bin/python3 -c 'import torch, onnx' >/dev/null 2>&1") == 0;
+                  std::system(MODELMEM_PYTHON " -c 'import torch, onnx' >/dev/null 2>&1") == 0;
     if (!have_torch_) return;
     made("", "export", "g.onnx");
     made("GPT2_WINDOW=64 ", "export", "w.onnx");
@@ -61,7 +61,7 @@ class Serving : public ::testing::Test {
     std::error_code ec;
     if (fresh(out)) return;
     const fs::path tmp = fx_ / (name + ".tmp" + std::to_string(::getpid()));
-    ASSERT_EQ(std::system((env + "/usr/bin/python3 " + kScript + " " + command + " " +
+    ASSERT_EQ(std::system((env + MODELMEM_PYTHON " " + kScript + " " + command + " " +
                            tmp.string() + " >/dev/null 2>&1")
                               .c_str()),
               0)
@@ -73,7 +73,8 @@ class Serving : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void SetUp() override {
-    if (!have_torch_) GTEST_SKIP() << "python3-torch or python3-onnx is not installed";
+    if (!have_torch_)
+      GTEST_SKIP() << "no torch or onnx in the project environment (scripts/setup --runtimes)";
   }
 
   static modelmem::testing::CommandResult tool(const std::string& args) {
@@ -96,7 +97,7 @@ class Serving : public ::testing::Test {
       return trace;
     const fs::path tmp = dir_ / (kind + ".csv");
     auto rec = tool("run --conf strategy:caching,preload_threshold_kb:1 --trace " + tmp.string() +
-                    " -- /usr/bin/python3 " + kScript + " step " + kind + " " +
+                    " -- " MODELMEM_PYTHON " " + kScript + " step " + kind + " " +
                     (kind == "decode" ? "16" : "64") + " 512");
     EXPECT_EQ(rec.code, 0) << rec.out;
     std::error_code ec;
@@ -130,7 +131,7 @@ class Serving : public ::testing::Test {
   }
   static double measured_step(const std::string& kind, std::size_t input_bytes) {
     const fs::path trace = recorded(kind);
-    auto m = modelmem::testing::run_command("/usr/bin/python3 " + kScript + " measure " +
+    auto m = modelmem::testing::run_command(MODELMEM_PYTHON " " + kScript + " measure " +
                                             trace.string() + " " + std::to_string(input_bytes));
     EXPECT_EQ(m.code, 0) << m.out;
     return std::stod(m.out);

@@ -275,26 +275,26 @@ namespace {
 // The eager figure against PyTorch eager itself, on a small model: torchvision's ResNet-18 at
 // 64x64, batch 2, exported to ONNX, one inference recorded with `modelmem run --trace`
 // (bench/model/eager_trace.py; bench/model/eager_validation.sh does the same on full-size
-// models). Skipped where Debian's python3-torch / torchvision / onnx are not installed.
+// models). Skipped where the project environment lacks torch, torchvision or onnx.
 TEST_F(PlanCli, EagerPeakMatchesARecordedPyTorchInference) {
 #ifdef MODELMEM_SANITIZED
   GTEST_SKIP() << "a sanitized LD_PRELOAD library cannot be preloaded into python3";
 #endif
-  if (std::system("/usr/bin/python3 -c 'import torch, torchvision, onnx' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "python3-torch, python3-torchvision or python3-onnx is not installed";
+  if (std::system(MODELMEM_PYTHON " -c 'import torch, torchvision, onnx' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no torch, torchvision or onnx in the project environment (scripts/setup --runtimes)";
   const std::string script = std::string(MODELMEM_SOURCE_DIR) + "/bench/model/eager_trace.py";
   const fs::path onnx = dir_ / "resnet18.onnx", trace = dir_ / "resnet18.csv";
-  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " export resnet18 " + onnx.string() +
+  ASSERT_EQ(std::system((MODELMEM_PYTHON " " + script + " export resnet18 " + onnx.string() +
                          " 64 >/dev/null 2>&1")
                             .c_str()),
             0);
   CliRun rec = tool("run --conf strategy:caching,preload_threshold_kb:1 --trace " + trace.string() +
-                    " -- /usr/bin/python3 " + script + " infer resnet18 2 64");
+                    " -- " MODELMEM_PYTHON " " + script + " infer resnet18 2 64");
   ASSERT_EQ(rec.code, 0) << rec.err;
   std::string measured_text;
   {
     fs::path out = dir_ / "measured";
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " measure " + trace.string() + " 2 64 >" +
+    ASSERT_EQ(std::system((MODELMEM_PYTHON " " + script + " measure " + trace.string() + " 2 64 >" +
                            out.string())
                               .c_str()),
               0);

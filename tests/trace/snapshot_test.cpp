@@ -27,7 +27,7 @@ const fs::path& data_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::path(MODELMEM_BINARY_DIR) / "snapshot_test_data";
     std::string cmd =
-        "/usr/bin/python3 " MODELMEM_SOURCE_DIR "/tests/trace/make_snapshots.py " + d.string();
+        MODELMEM_PYTHON " " MODELMEM_SOURCE_DIR "/tests/trace/make_snapshots.py " + d.string();
     if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << "failed: " << cmd;
     return d;
   }();
