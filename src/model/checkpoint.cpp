@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "modelmem/core/error.hpp"
 
@@ -300,8 +301,43 @@ Checkpoint read_checkpoint(const std::string& folder) {
   ck.folder = folder;
   ck.config = read_model_config((fs::path(folder) / "config.json").string());
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(folder, ec))
-    if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+  // A sharded save (model.safetensors.index.json, as transformers writes it) names its shards in
+  // its weight_map: those are the weights, and a shard of an earlier save left in the folder is
+  // not. Without an index, every *.safetensors file of the folder is.
+  const fs::path index = fs::path(folder) / "model.safetensors.index.json";
+  if (fs::is_regular_file(index, ec)) {
+    json j;
+    std::ifstream in(index);
+    if (!in) throw InvalidInput(fmt::format("{}: cannot open", index.string()));
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      throw InvalidInput(fmt::format("{}: not JSON ({})", index.string(), e.what()));
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw InvalidInput(fmt::format("{}: no weight_map object", index.string()));
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      if (!file.is_string())
+        throw InvalidInput(
+            fmt::format("{}: weight_map['{}'] is not a file name", index.string(), tensor));
+      const std::string name = file.get<std::string>();
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        throw InvalidInput(fmt::format("{}: weight_map['{}'] names '{}', not a file of the folder",
+                                       index.string(), tensor, name));
+      names.insert(name);
+    }
+    for (const auto& name : names) {
+      const fs::path f = fs::path(folder) / name;
+      if (!fs::is_regular_file(f, ec))
+        throw InvalidInput(
+            fmt::format("{}: names {}, which the folder lacks", index.string(), name));
+      files.push_back(f);
+    }
+  } else {
+    for (const auto& e : fs::directory_iterator(folder, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
   std::sort(files.begin(), files.end());
   if (files.empty())
     throw InvalidInput(

@@ -35,7 +35,8 @@ try:
 except ImportError:
     HAVE_TORCH = False
 
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="python3-torch is not installed: "
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="no torch in the interpreter (scripts/setup "
+                                 "--runtimes makes the project environment): "
                                  "the PyTorch parts of modelmem are not tested")
 
 
