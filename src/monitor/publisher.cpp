@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,10 @@
 
 namespace modelmem::monitor {
 namespace {
+
+// Where POSIX shared memory lives (shm_open's folder on Linux); segments are made there with
+// open(2), whose flags say exactly how a name already taken is treated.
+constexpr const char* kSegmentDirectory = "/dev/shm";
 
 std::uint64_t clamp(std::int64_t v) {
   return v < 0 ? 0 : static_cast<std::uint64_t>(v);
@@ -122,7 +127,7 @@ class Publisher {
 
   std::string segment() {
     std::unique_lock lock(mu_);
-    return base_ != nullptr ? name_ : std::string();
+    return image_ != nullptr ? name_ : std::string();
   }
 
   void publish_now() { update(); }
@@ -167,7 +172,7 @@ class Publisher {
   }
 
   bool ensure_segment_locked() {
-    if (base_ != nullptr && owner_pid_ == getpid()) return true;
+    if (image_ != nullptr && owner_pid_ == getpid()) return true;
     if (failed_) return false;
     std::int64_t pid = getpid();
     std::uint64_t uid = geteuid();
@@ -181,50 +186,80 @@ class Publisher {
       reclaim.max_wait_us = 0;
       scan(reclaim);
     }
-    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    std::string skipped;  // what stood at the plain name, when it was not ours
+    int fd = create_file(path_of(name));
     if (fd < 0 && errno == EEXIST) {
       // Left by an earlier process with the same pid (killed, or in another pid namespace
-      // sharing /dev/shm): it is ours to replace only if we own it.
-      int old = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-      struct stat st {};
-      bool ours = old >= 0 && fstat(old, &st) == 0 && st.st_uid == uid;
-      if (old >= 0) close(old);
-      if (ours) {
-        shm_unlink(name.c_str());
-        fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      // sharing /dev/shm): ours to replace only when it is this user's regular file. Looked at
+      // without opening it: a FIFO planted there would block an open, a link lead elsewhere.
+      skipped = foreign_file(path_of(name), static_cast<uid_t>(uid));
+      if (skipped.empty()) {
+        unlink(path_of(name).c_str());
+        fd = create_file(path_of(name));
+      } else {
+        errno = EEXIST;
       }
     }
     // Taken by someone else (another user can create any name in /dev/shm): a name with a
     // random part nobody can guess in advance instead.
+    const std::string plain = path_of(name);
     for (int attempt = 0; fd < 0 && errno == EEXIST && attempt < 8; ++attempt) {
       std::random_device random;
       char suffix[24];
       std::snprintf(suffix, sizeof suffix, ".r%08x%08x", random(), random());
       const std::string other = segment_name(uid, pid) + suffix;
-      fd = shm_open(other.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      fd = create_file(path_of(other));
       if (fd >= 0) name = other;
     }
-    if (fd < 0) return fail("cannot create " + name + ": " + std::strerror(errno));
-    // The umask may have removed bits, never added any; make the mode exactly 0600.
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      int err = errno;
-      close(fd);
-      shm_unlink(name.c_str());
-      return fail("cannot size " + name + ": " + std::strerror(err));
+    if (fd < 0) {
+      return fail("cannot create " + path_of(name) + ": " + std::strerror(errno) +
+                  (skipped.empty() ? "" : " (" + plain + " is " + skipped + ")"));
     }
-    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const std::string path = path_of(name);
+    // The space is allocated before anything is written: a full /dev/shm (a container's 64 MiB
+    // filled by other processes) is an error now, never a SIGBUS later. A file-size limit is
+    // checked first, so that the allocation does not raise SIGXFSZ.
+    int err = 0;
+    struct rlimit fsize {};
+    if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY &&
+        fsize.rlim_cur < bytes) {
+      err = EFBIG;
+    } else if (fchmod(fd, 0600) != 0) {  // the umask may have removed bits, never added any
+      err = errno;
+    } else {
+      err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    }
+    struct stat st {};
+    if (err == 0 && fstat(fd, &st) != 0) err = errno;
     close(fd);
-    if (base == MAP_FAILED) {
-      shm_unlink(name.c_str());
-      return fail("cannot map " + name + ": " + std::strerror(errno));
+    if (err != 0) {
+      unlink(path.c_str());
+      return fail("cannot allocate " + std::to_string(bytes) + " bytes for " + path + ": " +
+                  std::strerror(err) + "; the program runs on without it");
     }
-    base_ = base;
+    // The statistics are composed in private memory and copied into the file with pwrite:
+    // a mapping of the file would die of SIGBUS when anyone truncated it.
+    void* image = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (image == MAP_FAILED) {
+      err = errno;
+      unlink(path.c_str());
+      return fail("cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(err));
+    }
+    image_ = image;
     bytes_ = bytes;
     name_ = name;
+    path_ = path;
+    device_ = st.st_dev;
+    inode_ = st.st_ino;
     owner_pid_ = pid;
     writer_.emplace(
-        base, effective_.capacity, pid, uid, this_process_name(), process_start_ticks(pid),
+        image, effective_.capacity, pid, uid, this_process_name(), process_start_ticks(pid),
         static_cast<std::uint64_t>(effective_.interval.count()), this_process_command());
+    if (!store_locked()) return false;
+    if (!skipped.empty()) {
+      std::fprintf(stderr, "modelmem: warning: monitor: skipped %s: %s; publishing to %s\n",
+                   plain.c_str(), skipped.c_str(), path.c_str());
+    }
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { instance().at_exit(); });
@@ -234,19 +269,107 @@ class Publisher {
     return true;
   }
 
+  static std::string path_of(const std::string& name) { return kSegmentDirectory + name; }
+
+  static int create_file(const std::string& path) {
+    return open(path.c_str(),
+                O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
+  }
+
+  // What stands at `path` when it is not this user's regular file ("" when it is, or when
+  // nothing does).
+  static std::string foreign_file(const std::string& path, uid_t uid) {
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0) {
+      return errno == ENOENT ? std::string() : std::string("unreadable: ") + std::strerror(errno);
+    }
+    if (S_ISLNK(st.st_mode)) return "a symbolic link, not a regular file";
+    if (S_ISFIFO(st.st_mode)) return "a FIFO, not a regular file";
+    if (S_ISSOCK(st.st_mode)) return "a socket, not a regular file";
+    if (S_ISDIR(st.st_mode)) return "a directory, not a regular file";
+    if (!S_ISREG(st.st_mode)) return "a device, not a regular file";
+    if (st.st_uid != uid) return "owned by uid " + std::to_string(st.st_uid) + ", not by us";
+    return std::string();
+  }
+
+  // Copies the image into the segment file under the sequence lock: the word odd first, then
+  // the whole image (the word still odd in it), then the word even. Readers copy the file with
+  // pread and keep a copy only when the word was even and the same before and after it. The file
+  // is opened anew each time and must still be the one made (a closed or reused descriptor of
+  // the program's can never be written by mistake); a file truncated meanwhile is written whole
+  // again. False (publishing off, one line) when it is gone, replaced or cannot be written.
+  bool store_locked() {
+    auto* words = static_cast<std::atomic<std::uint64_t>*>(image_);
+    std::atomic<std::uint64_t>& seq = words[segment_sequence_offset() / 8];
+    const off_t seq_at = static_cast<off_t>(segment_sequence_offset());
+    const std::uint64_t even = seq.load(std::memory_order_relaxed);
+    const std::uint64_t odd = even | 1;  // the write in progress; `even` is the one finished
+    int fd = open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+      const int err = errno;
+      return stop_locked(path_ + (err == ENOENT ? " was removed" : " cannot be opened: ") +
+                             (err == ENOENT ? "" : std::strerror(err)),
+                         /*ours=*/false);
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != device_ ||
+        st.st_ino != inode_) {
+      close(fd);
+      return stop_locked(path_ + " was replaced by another file", /*ours=*/false);
+    }
+    bool ok = write_at(fd, &odd, 8, seq_at);
+    if (ok) {
+      seq.store(odd, std::memory_order_relaxed);
+      ok = write_at(fd, image_, bytes_, 0);
+      seq.store(even, std::memory_order_relaxed);
+    }
+    ok = ok && write_at(fd, &even, 8, seq_at);
+    const int err = errno;
+    close(fd);
+    if (!ok) return stop_locked("cannot write " + path_ + ": " + std::strerror(err), true);
+    return true;
+  }
+
+  static bool write_at(int fd, const void* data, std::size_t bytes, off_t offset) {
+    const auto* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = pwrite(fd, p, bytes, offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = ENOSPC;
+        return false;
+      }
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+      offset += n;
+    }
+    return true;
+  }
+
+  bool stop_locked(const std::string& why, bool ours) {
+    fail(why);
+    close_segment_locked(/*unlink=*/ours);
+    return false;
+  }
+
   bool fail(const std::string& why) {
     failed_ = true;
     std::fprintf(stderr, "modelmem: warning: monitor publishing off: %s\n", why.c_str());
     return false;
   }
 
-  void close_segment_locked(bool unlink) noexcept {
-    if (base_ == nullptr) return;
+  void close_segment_locked(bool unlink_file) noexcept {
+    if (image_ == nullptr) return;
     writer_.reset();
-    munmap(base_, bytes_);
-    if (unlink && owner_pid_ == getpid()) shm_unlink(name_.c_str());
-    base_ = nullptr;
+    munmap(image_, bytes_);
+    // Removed only while it is still the file made: never one someone put in its place.
+    struct stat st {};
+    if (unlink_file && owner_pid_ == getpid() && lstat(path_.c_str(), &st) == 0 &&
+        st.st_dev == device_ && st.st_ino == inode_)
+      unlink(path_.c_str());
+    image_ = nullptr;
     name_.clear();
+    path_.clear();
     owner_pid_ = 0;
   }
 
@@ -280,7 +403,7 @@ class Publisher {
     std::vector<Live> live;
     {
       std::unique_lock lock(mu_);
-      if (base_ == nullptr) return;
+      if (image_ == nullptr) return;
       std::vector<std::uint64_t> expired;
       for (const Entry& e : entries_) {
         if (auto a = e.allocator.lock()) {
@@ -307,7 +430,10 @@ class Publisher {
     {
       std::unique_lock wlock(write_mu_);
       std::unique_lock lock(mu_);
-      if (writer_ && owner_pid_ == getpid()) writer_->write(pools, now);
+      if (writer_ && owner_pid_ == getpid()) {
+        writer_->write(pools, now);
+        store_locked();
+      }
     }
     live.clear();  // may run destructors (which may unpublish: mu_, not held here)
   }
@@ -325,8 +451,8 @@ class Publisher {
   void after_fork_child() {
     // The thread did not survive the fork; its object can be neither joined nor destroyed
     // (a joinable std::thread terminates on destruction), so it is parked where it stays
-    // reachable for the child's lifetime. The mapping is the parent's: drop it without
-    // removing the name.
+    // reachable for the child's lifetime. The segment is the parent's: drop the image without
+    // removing the file.
     orphaned_after_fork_ = thread_;
     // The condition variable still counts the parent's thread as a waiter, which no thread
     // here will ever end: a notify would wait for it forever. Nobody waits on it in the child,
@@ -334,8 +460,9 @@ class Publisher {
     new (&cv_) std::condition_variable();
     thread_ = nullptr;
     writer_.reset();
-    if (base_ != nullptr) munmap(base_, bytes_);
-    base_ = nullptr;
+    if (image_ != nullptr) munmap(image_, bytes_);
+    image_ = nullptr;
+    path_.clear();
     name_.clear();
     owner_pid_ = 0;
     entries_.clear();
@@ -361,9 +488,12 @@ class Publisher {
   bool thread_running_ = false;  ///< thread_ has entered run()
   bool exiting_ = false;
   bool atexit_registered_ = false;
-  void* base_ = nullptr;
+  void* image_ = nullptr;  ///< the segment's contents, copied into the file by store_locked()
   std::size_t bytes_ = 0;
-  std::string name_;
+  std::string name_;  ///< "/modelmem.<user>.<pid>[.r<random>]"
+  std::string path_;  ///< the file: kSegmentDirectory + name_
+  dev_t device_ = 0;  ///< the file made, by device and inode
+  ino_t inode_ = 0;
   std::int64_t owner_pid_ = 0;
   std::optional<SegmentWriter> writer_;
   std::thread* thread_ = nullptr;

@@ -1,15 +1,22 @@
 // A monitor nobody can crash or switch off: a segment truncated while `info` reads it, a name
-// taken in advance by another user, segments of dead processes left with garbage in them, and
+// taken in advance by another user (a file, a FIFO, a symbolic link), a full /dev/shm, a live
+// segment truncated under its owner, segments of dead processes left with garbage in them, and
 // root's view of every user's processes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -203,6 +210,219 @@ TEST(Safety, RootSeesEveryUsersProcessesButNoImpostor) {
   bool noted = false;
   for (const auto& n : s.notes) noted |= n.find("does not own the process") != std::string::npos;
   EXPECT_TRUE(noted);
+}
+
+// How a child process ended, and what it wrote on stderr.
+struct ChildEnd {
+  pid_t pid = 0;
+  int status = 0;
+  bool hung = false;
+  std::string err;
+};
+
+// Runs `body` in a forked child whose stderr goes to a file; kills it when it runs past
+// `limit` (a test of a hang must end). The child exits with body()'s value.
+template <typename Body>
+ChildEnd run_in_child(Body body, std::chrono::seconds limit = std::chrono::seconds(20)) {
+  Folder dir;
+  const fs::path err = dir.path / "stderr";
+  pid_t child = fork();
+  if (child == 0) {
+    int fd = open(err.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 2) < 0) _exit(95);
+    close(fd);
+    _exit(body());
+  }
+  ChildEnd end;
+  end.pid = child;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (waitpid(child, &end.status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      end.hung = true;
+      kill(child, SIGKILL);
+      waitpid(child, &end.status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::ifstream in(err);
+  std::stringstream text;
+  text << in.rdbuf();
+  end.err = text.str();
+  return end;
+}
+
+std::size_t lines_in(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Publishes one pool while `plant` stands at this process's segment name; 0 when publishing
+// went on under another name, the planted file was left as it was, and `info` lists the pool.
+template <typename Plant>
+int publish_beside(Plant plant) {
+  const std::string planted = "/dev/shm" + segment_name(geteuid(), getpid());
+  if (!plant(planted)) return 80;
+  struct stat before {};
+  if (lstat(planted.c_str(), &before) != 0) return 81;
+  auto a = std::make_shared<alloc::SystemAllocator>();
+  auto reg = publish(a, {"planted", "host:0", "", 0});
+  publish_now();
+  const std::string seg = current_segment();
+  int result = 0;
+  struct stat after {};
+  if (!reg.active()) {
+    result = 82;
+  } else if (seg.find(".r") == std::string::npos) {
+    result = 83;
+  } else if (lstat(planted.c_str(), &after) != 0 || after.st_ino != before.st_ino) {
+    result = 84;  // the planted file is not ours to remove
+  } else {
+    ScanOptions o;
+    o.pid = getpid();
+    Scan s = scan(o);
+    if (s.processes.size() != 1 || s.processes[0].pools.size() != 1) result = 85;
+  }
+  reg.reset();
+  shutdown();
+  unlink(planted.c_str());
+  return result;
+}
+
+TEST(Safety, AFifoAtTheSegmentNameNeitherHangsNorSwitchesPublishingOff) {
+  // shm_open(O_RDONLY) of a FIFO blocks until a writer comes: the program hung in publish().
+  ChildEnd end = run_in_child([] {
+    return publish_beside([](const std::string& path) { return mkfifo(path.c_str(), 0666) == 0; });
+  });
+  if (end.hung) unlink(("/dev/shm" + segment_name(geteuid(), end.pid)).c_str());
+  ASSERT_FALSE(end.hung) << "publish() blocked on the FIFO";
+  ASSERT_TRUE(WIFEXITED(end.status)) << end.err;
+  EXPECT_EQ(WEXITSTATUS(end.status), 0) << end.err;
+  EXPECT_EQ(lines_in(end.err), 1u) << end.err;
+  EXPECT_NE(end.err.find("a FIFO, not a regular file"), std::string::npos) << end.err;
+}
+
+TEST(Safety, ASymbolicLinkAtTheSegmentNameIsNeitherFollowedNorASwitchOff) {
+  Folder dir;
+  const fs::path target = dir.path / "precious";
+  {
+    std::ofstream out(target);
+    out << "keep me\n";
+  }
+  // A link to a file of the user's own (once followed, replaced), and a dangling one (once
+  // followed, publishing went off).
+  for (const fs::path& to : {target, dir.path / "nothing-here"}) {
+    ChildEnd end = run_in_child([&] {
+      return publish_beside(
+          [&](const std::string& path) { return symlink(to.c_str(), path.c_str()) == 0; });
+    });
+    ASSERT_FALSE(end.hung);
+    ASSERT_TRUE(WIFEXITED(end.status)) << end.err;
+    EXPECT_EQ(WEXITSTATUS(end.status), 0) << to << ": " << end.err;
+    EXPECT_EQ(lines_in(end.err), 1u) << end.err;
+    EXPECT_NE(end.err.find("a symbolic link, not a regular file"), std::string::npos) << end.err;
+  }
+  std::ifstream in(target);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "keep me");
+  EXPECT_EQ(fs::file_size(target), 8u);
+}
+
+// In a mount namespace of its own (root, or an unprivileged user namespace), /dev/shm replaced
+// by a tmpfs of 64 KiB filled to the last byte. 77 when the system allows neither.
+int on_a_full_dev_shm() {
+  if (unshare(CLONE_NEWNS) != 0) {
+    const uid_t uid = geteuid();
+    const gid_t gid = getegid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return 77;
+    auto put_text = [](const char* file, const std::string& text) {
+      int fd = open(file, O_WRONLY);
+      bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      if (fd >= 0) close(fd);
+      return ok;
+    };
+    put_text("/proc/self/setgroups", "deny");
+    if (!put_text("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1\n") ||
+        !put_text("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1\n"))
+      return 77;
+  }
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      mount("none", "/dev/shm", "tmpfs", 0, "size=64k") != 0)
+    return 77;
+  int fd = open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
+  if (fd < 0) return 70;
+  std::vector<char> chunk(4096, 'x');
+  while (write(fd, chunk.data(), chunk.size()) > 0) {
+  }
+  close(fd);
+  return -1;
+}
+
+TEST(Safety, AFullDevShmTurnsPublishingOffAndTheProgramRunsOn) {
+  ChildEnd end = run_in_child([] {
+    if (int skip = on_a_full_dev_shm(); skip >= 0) return skip;
+    auto a = std::make_shared<alloc::SystemAllocator>();
+    auto reg = publish(a, {"full", "host:0", "", 0});  // a mapping of a sparse file: SIGBUS
+    publish_now();
+    if (reg.active() || !current_segment().empty()) return 1;
+    void* p = a->allocate(1 << 20);  // the pool still serves the program
+    a->deallocate(p);
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator("/dev/shm"))
+      left.push_back(e.path().filename().string());
+    return left == std::vector<std::string>{"filler"} ? 0 : 2;  // no half-made segment left
+  });
+  ASSERT_FALSE(end.hung);
+  ASSERT_TRUE(WIFEXITED(end.status)) << "killed by signal " << WTERMSIG(end.status);
+  if (WEXITSTATUS(end.status) == 77)
+    GTEST_SKIP() << "no mount namespace here (needs root or unprivileged user namespaces)";
+  EXPECT_EQ(WEXITSTATUS(end.status), 0) << end.err;
+  EXPECT_EQ(lines_in(end.err), 1u) << end.err;
+  EXPECT_NE(end.err.find("monitor publishing off: cannot allocate"), std::string::npos) << end.err;
+  EXPECT_NE(end.err.find("No space left on device"), std::string::npos) << end.err;
+}
+
+TEST(Safety, ALiveSegmentTruncatedUnderItsOwnerAndItsReadersKillsNobody) {
+  ChildEnd end = run_in_child([] {
+    PublisherOptions opt;
+    opt.interval = std::chrono::milliseconds(1);
+    configure(opt);
+    auto a = std::make_shared<alloc::SystemAllocator>();
+    auto reg = publish(a, {"truncated", "host:0", "", 0});
+    if (!reg.active()) return 1;
+    const std::string file = "/dev/shm" + current_segment();
+    std::atomic<bool> stop{false};
+    std::thread vandal([&] {
+      int fd = open(file.c_str(), O_RDWR);
+      for (off_t size = 0; fd >= 0 && !stop.load(); size = (size + 1000) % 9000) {
+        if (ftruncate(fd, size) != 0) break;
+        std::this_thread::yield();
+      }
+      if (fd >= 0) close(fd);
+    });
+    ScanOptions o;
+    o.pid = getpid();
+    o.clean_stale = false;
+    o.max_wait_us = 200;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (std::chrono::steady_clock::now() < until) {
+      publish_now();  // the owner writes (a mapping of the file died of SIGBUS here)
+      scan(o);        // and reads
+    }
+    stop = true;
+    vandal.join();
+    publish_now();  // written whole again
+    Scan s = scan(o);
+    const bool listed = s.processes.size() == 1 && s.processes[0].pools.size() == 1 &&
+                        fs::file_size(file) == segment_bytes(options().capacity);
+    reg.reset();
+    shutdown();
+    return listed ? 0 : 2;
+  });
+  ASSERT_FALSE(end.hung);
+  ASSERT_TRUE(WIFEXITED(end.status)) << "killed by signal " << WTERMSIG(end.status);
+  EXPECT_EQ(WEXITSTATUS(end.status), 0) << end.err;
+  EXPECT_EQ(end.err, "");
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ std::string segment_name(std::uint64_t uid, std::int64_t pid);
 /// The prefix every segment name starts with (without the leading slash, as in /dev/shm).
 inline constexpr const char* kSegmentPrefix = "modelmem.";
 
-/// Writes snapshots into a mapped segment under the sequence lock. Not thread-safe: one writer.
+/// Writes snapshots into a segment's memory under the sequence lock (the publisher's private
+/// image of it, which it copies into the file). Not thread-safe: one writer.
 class SegmentWriter {
  public:
   /// `base` must point to segment_bytes(capacity) writable, 8-byte aligned bytes, zeroed (as a
