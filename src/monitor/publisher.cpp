@@ -176,7 +176,6 @@ class Publisher {
     if (failed_) return false;
     std::int64_t pid = getpid();
     std::uint64_t uid = geteuid();
-    std::string name = segment_name(uid, pid);
     std::size_t bytes = segment_bytes(effective_.capacity);
     if (owner_pid_ == 0 && !reclaimed_) {
       // Every publisher removes the segments of this user's dead processes (killed by a
@@ -186,23 +185,56 @@ class Publisher {
       reclaim.max_wait_us = 0;
       scan(reclaim);
     }
+    std::string made, why;
+    if (!make_file(pid, uid, bytes, made, why)) return fail(why);
+    // The statistics are composed in private memory and copied into the file with pwrite:
+    // a mapping of the file would die of SIGBUS when anyone truncated it.
+    void* image = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (image == MAP_FAILED) {
+      const int err = errno;
+      unlink(path_.c_str());
+      name_.clear();
+      path_.clear();
+      return fail("cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(err));
+    }
+    image_ = image;
+    bytes_ = bytes;
+    owner_pid_ = pid;
+    writer_.emplace(
+        image, effective_.capacity, pid, uid, this_process_name(), process_start_ticks(pid),
+        static_cast<std::uint64_t>(effective_.interval.count()), this_process_command());
+    if (!store_locked()) return false;
+    if (!atexit_registered_) {
+      atexit_registered_ = true;
+      std::atexit([] { instance().at_exit(); });
+    }
+    thread_running_ = false;
+    thread_ = new std::thread([this] { run(); });
+    return true;
+  }
+
+  // Creates the segment file of process `pid`, its space allocated, and makes it the one
+  // written (name_, path_, device_, inode_); `made` is its name. False with `why` when it cannot.
+  bool make_file(std::int64_t pid, std::uint64_t uid, std::size_t bytes, std::string& made,
+                 std::string& why) {
+    std::string name = segment_name(uid, pid);
     std::string skipped;  // what stood at the plain name, when it was not ours
-    int fd = create_file(path_of(name));
+    const std::string plain = path_of(name);
+    int fd = create_file(plain);
     if (fd < 0 && errno == EEXIST) {
       // Left by an earlier process with the same pid (killed, or in another pid namespace
       // sharing /dev/shm): ours to replace only when it is this user's regular file. Looked at
       // without opening it: a FIFO planted there would block an open, a link lead elsewhere.
-      skipped = foreign_file(path_of(name), static_cast<uid_t>(uid));
+      skipped = foreign_file(plain, static_cast<uid_t>(uid));
       if (skipped.empty()) {
-        unlink(path_of(name).c_str());
-        fd = create_file(path_of(name));
+        unlink(plain.c_str());
+        fd = create_file(plain);
       } else {
         errno = EEXIST;
       }
     }
     // Taken by someone else (another user can create any name in /dev/shm): a name with a
     // random part nobody can guess in advance instead.
-    const std::string plain = path_of(name);
     for (int attempt = 0; fd < 0 && errno == EEXIST && attempt < 8; ++attempt) {
       std::random_device random;
       char suffix[24];
@@ -212,8 +244,9 @@ class Publisher {
       if (fd >= 0) name = other;
     }
     if (fd < 0) {
-      return fail("cannot create " + path_of(name) + ": " + std::strerror(errno) +
-                  (skipped.empty() ? "" : " (" + plain + " is " + skipped + ")"));
+      why = "cannot create " + path_of(name) + ": " + std::strerror(errno) +
+            (skipped.empty() ? "" : " (" + plain + " is " + skipped + ")");
+      return false;
     }
     const std::string path = path_of(name);
     // The space is allocated before anything is written: a full /dev/shm (a container's 64 MiB
@@ -234,38 +267,19 @@ class Publisher {
     close(fd);
     if (err != 0) {
       unlink(path.c_str());
-      return fail("cannot allocate " + std::to_string(bytes) + " bytes for " + path + ": " +
-                  std::strerror(err) + "; the program runs on without it");
+      why = "cannot allocate " + std::to_string(bytes) + " bytes for " + path + ": " +
+            std::strerror(err) + "; the program runs on without it";
+      return false;
     }
-    // The statistics are composed in private memory and copied into the file with pwrite:
-    // a mapping of the file would die of SIGBUS when anyone truncated it.
-    void* image = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (image == MAP_FAILED) {
-      err = errno;
-      unlink(path.c_str());
-      return fail("cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(err));
-    }
-    image_ = image;
-    bytes_ = bytes;
-    name_ = name;
-    path_ = path;
-    device_ = st.st_dev;
-    inode_ = st.st_ino;
-    owner_pid_ = pid;
-    writer_.emplace(
-        image, effective_.capacity, pid, uid, this_process_name(), process_start_ticks(pid),
-        static_cast<std::uint64_t>(effective_.interval.count()), this_process_command());
-    if (!store_locked()) return false;
     if (!skipped.empty()) {
       std::fprintf(stderr, "modelmem: warning: monitor: skipped %s: %s; publishing to %s\n",
                    plain.c_str(), skipped.c_str(), path.c_str());
     }
-    if (!atexit_registered_) {
-      atexit_registered_ = true;
-      std::atexit([] { instance().at_exit(); });
-    }
-    thread_running_ = false;
-    thread_ = new std::thread([this] { run(); });
+    made = name;
+    name_ = name;
+    path_ = path;
+    device_ = st.st_dev;
+    inode_ = st.st_ino;
     return true;
   }
 
@@ -297,25 +311,22 @@ class Publisher {
   // pread and keep a copy only when the word was even and the same before and after it. The file
   // is opened anew each time and must still be the one made (a closed or reused descriptor of
   // the program's can never be written by mistake); a file truncated meanwhile is written whole
-  // again. False (publishing off, one line) when it is gone, replaced or cannot be written.
+  // again; one removed or replaced is made again. False (publishing off, one line) when it
+  // cannot be made or written.
   bool store_locked() {
     auto* words = static_cast<std::atomic<std::uint64_t>*>(image_);
     std::atomic<std::uint64_t>& seq = words[segment_sequence_offset() / 8];
     const off_t seq_at = static_cast<off_t>(segment_sequence_offset());
     const std::uint64_t even = seq.load(std::memory_order_relaxed);
     const std::uint64_t odd = even | 1;  // the write in progress; `even` is the one finished
-    int fd = open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    int fd = open_made();
     if (fd < 0) {
-      const int err = errno;
-      return stop_locked(path_ + (err == ENOENT ? " was removed" : " cannot be opened: ") +
-                             (err == ENOENT ? "" : std::strerror(err)),
-                         /*ours=*/false);
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != device_ ||
-        st.st_ino != inode_) {
-      close(fd);
-      return stop_locked(path_ + " was replaced by another file", /*ours=*/false);
+      // Removed (a reader in another pid namespace takes a live process for a dead one) or
+      // replaced: made again, as at the start.
+      std::string made, why;
+      if (!make_file(owner_pid_, geteuid(), bytes_, made, why)) return stop_locked(why, false);
+      fd = open_made();
+      if (fd < 0) return stop_locked(path_ + ": " + std::strerror(errno), false);
     }
     bool ok = write_at(fd, &odd, 8, seq_at);
     if (ok) {
@@ -328,6 +339,20 @@ class Publisher {
     close(fd);
     if (!ok) return stop_locked("cannot write " + path_ + ": " + std::strerror(err), true);
     return true;
+  }
+
+  // The file made, opened for writing; -1 when it is gone or another file stands in its place.
+  int open_made() const {
+    int fd = open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return -1;
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != device_ ||
+        st.st_ino != inode_) {
+      close(fd);
+      errno = EEXIST;
+      return -1;
+    }
+    return fd;
   }
 
   static bool write_at(int fd, const void* data, std::size_t bytes, off_t offset) {
