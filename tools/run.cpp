@@ -8,7 +8,9 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -135,12 +137,17 @@ std::string heap_tunables(const Args& args) {
 // With --trace, the program runs as a child and `run` waits for it: a trace that could not be
 // written whole (a full disk, a refused path; in any process of the program) is reported by
 // the library in a status folder, and `run` exits 1 where the program itself exited 0.
-// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `run` by another process reach the program; the
-// terminal's (Ctrl-C) reach it already, being sent to the whole process group.
-pid_t g_child = 0;
+// The signals that would end `run` (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM,
+// SIGPIPE), sent by another process, reach the program instead; the terminal's (Ctrl-C) reach
+// it already, being sent to the whole process group. A `run` that dies anyway (SIGKILL) takes
+// the program with it (PR_SET_PDEATHSIG), and its status folder is removed by the next `run`.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE};
+constexpr const char* kStatusPrefix = "modelmem-run.";
+volatile sig_atomic_t g_child = 0;
 
 void forward_signal(int sig, siginfo_t* info, void*) {
-  if (g_child > 0 && info != nullptr && info->si_code <= 0) ::kill(g_child, sig);  // SI_USER etc.
+  const pid_t child = g_child;
+  if (child > 0 && info != nullptr && info->si_code <= 0) ::kill(child, sig);  // SI_USER etc.
 }
 
 // Files of the status folder: each a line the library printed already. Removes the folder.
@@ -167,9 +174,35 @@ std::vector<std::string> collect_failures(const std::string& dir) {
   return failures;
 }
 
+// Removes the status folders (modelmem-run.<pid>.XXXXXX) of this user's runs that are gone:
+// a `run` killed by SIGKILL could not remove its own.
+void remove_folders_of_dead_runs(const std::string& base) {
+  DIR* d = ::opendir(base.c_str());
+  if (d == nullptr) return;
+  while (dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(kStatusPrefix, 0) != 0) continue;
+    const std::string rest = name.substr(std::strlen(kStatusPrefix));
+    const std::size_t dot = rest.find('.');
+    if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot)
+      continue;  // not a name this version makes
+    const long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
+    const std::string dir = base + "/" + name;
+    struct stat st {};
+    if (pid <= 0 || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid())
+      continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    collect_failures(dir);  // empties and removes it
+  }
+  ::closedir(d);
+}
+
 std::string make_status_folder() {
+  for (const char* base : {"/dev/shm", "/tmp"}) remove_folders_of_dead_runs(base);
   for (const char* base : {"/dev/shm", "/tmp"}) {
-    std::string dir = std::string(base) + "/modelmem-run.XXXXXX";
+    std::string dir =
+        std::string(base) + "/" + kStatusPrefix + std::to_string(::getpid()) + ".XXXXXX";
     if (::mkdtemp(dir.data()) != nullptr) return dir;
   }
   throw Error(std::string("run: cannot make a status folder in /dev/shm or /tmp: ") +
@@ -182,14 +215,18 @@ int run_and_wait(const std::vector<char*>& argv, const std::string& status) {
   // them is in place: one that came in between would end `run` and leave the program running.
   sigset_t forwarded, before;
   sigemptyset(&forwarded);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&forwarded, sig);
+  for (int sig : kForwarded) sigaddset(&forwarded, sig);
   ::sigprocmask(SIG_BLOCK, &forwarded, &before);
+  const pid_t parent = ::getpid();
   pid_t child = ::fork();
   if (child < 0) {
     ::sigprocmask(SIG_SETMASK, &before, nullptr);
     throw Error(std::string("run: fork: ") + std::strerror(errno));
   }
   if (child == 0) {
+    // Stopped when `run` dies: a `run` killed by SIGKILL left the program running, tracing
+    // without a bound. (Checked after: `run` may have died before the request.)
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(128 + SIGKILL);
     ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "modelmem run: cannot run %s: %s\n", argv[0], std::strerror(errno));
@@ -200,11 +237,12 @@ int run_and_wait(const std::vector<char*>& argv, const std::string& status) {
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : kForwarded) ::sigaction(sig, &sa, nullptr);
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   int wstatus = 0;
   while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;  // reaped: its pid may name another process from now on
   const std::vector<std::string> failures = collect_failures(status);
   if (WIFSIGNALED(wstatus)) {
     // End as the program ended: the same signal, default action, no core file of ours.

@@ -64,6 +64,7 @@ void initialise() noexcept {
   int expected = kNotReady;
   if (!g_state.compare_exchange_strong(expected, kInitialising)) return;
   Inside inside;
+  resolve_exec();
   // The planned arena's planning thread allocates as modelmem code: from the C heap, never from
   // the arena it is planning, and not counted as the program's requests.
   alloc::set_planner_thread_hook([] { ++t_depth; });

@@ -2,17 +2,26 @@
 // fixed buffers, write(2) and other async-signal-safe calls only, no heap.
 #include "trace_file.hpp"
 
+#include <alloca.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 
 #include "modelmem/core/files.hpp"
+#include "modelmem/trace/recorder.hpp"
 #include "state.hpp"
+
+extern "C" int __sigaction(int, const struct sigaction*, struct sigaction*);  // glibc's own
+extern char** environ;
 
 namespace modelmem::preload {
 namespace {
@@ -23,8 +32,24 @@ char g_extension[kPathMax];  // .csv, or "" when the name has none
 char g_status[kPathMax];     // MODELMEM_TRACE_STATUS: `modelmem run`'s folder for failures
 char g_path[kPathMax];       // this process's file
 int g_fd = -1;
+pid_t g_fd_owner = 0;  // the process g_fd was opened by (a vfork child shares it, and must not)
 bool g_reported = false;
 constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP};
+// Signals whose default action the library took over to flush the trace (`managed`) and, of
+// those, the ones where the program has not set a handler of its own since (`standing_in`): the
+// program is shown SIG_DFL there (sigaction below), so that a runtime that installs its own
+// handler only over the default (Python's SIGINT, for KeyboardInterrupt) still does.
+std::atomic<bool> g_managed[NSIG];
+std::atomic<bool> g_standing_in[NSIG];
+
+using ExecvpeFn = int (*)(const char*, char* const[], char* const[]);
+using FexecveFn = int (*)(int, char* const[], char* const[]);
+ExecvpeFn g_execvpe = nullptr;
+FexecveFn g_fexecve = nullptr;
+
+int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
+  return ::__sigaction(sig, act, old);
+}
 
 // Appends to a fixed buffer, cutting what does not fit.
 struct Text {
@@ -92,18 +117,72 @@ void flush_trace() noexcept {
                    error_text(g_recorder->stream_error()));
 }
 
-void open_for_this_process(bool first) noexcept {
-  Text p{g_path, sizeof g_path};
-  if (first)
+// Whether `path` is this user's trace file that holds the CSV header and nothing else: what an
+// image that wrote no event leaves (a fork child that went straight to exec), free to take over.
+bool header_only(const char* path) noexcept {
+  const std::size_t bytes = trace::kCsvHeader.size() + 1;
+  int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  char text[1024];
+  bool same = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+              st.st_nlink == 1 && static_cast<std::size_t>(st.st_size) == bytes &&
+              bytes <= sizeof text && ::pread(fd, text, bytes, 0) == static_cast<ssize_t>(bytes) &&
+              std::memcmp(text, trace::kCsvHeader.data(), bytes - 1) == 0 &&
+              text[bytes - 1] == '\n';
+  ::close(fd);
+  return same;
+}
+
+// The file of a process that is not the run's first: T.<pid>.csv, or T.<pid>.<n>.csv (n = 2, 3,
+// ...) when that one holds events of an earlier process with the same pid (a pid used again, or
+// this very process before an exec). Never another process's events overwritten: a name is
+// created exclusively, or taken over only when it holds the header alone. `exec_of_first`: the
+// run's first process after an exec, which takes over T.csv when that holds nothing yet (a
+// wrapper script that execs the program).
+int open_own_file(bool exec_of_first, const char** why) noexcept {
+  if (exec_of_first) {
+    Text p{g_path, sizeof g_path};
     p << g_stem << g_extension;
-  else
-    p << g_stem << "." << static_cast<unsigned long>(::getpid()) << g_extension;
+    if (header_only(g_path)) return core::open_output_file(g_path, 0600, why);
+  }
+  for (unsigned long n = 1; n <= 10000; ++n) {
+    Text p{g_path, sizeof g_path};
+    p << g_stem << "." << static_cast<unsigned long>(::getpid());
+    if (n > 1) p << "." << n;
+    p << g_extension;
+    int fd =
+        ::open(g_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    if (fd >= 0) {
+      if (::fchmod(fd, 0600) == 0) return fd;  // the umask may have removed bits
+      *why = error_text(errno);
+      ::close(fd);
+      return -1;
+    }
+    if (errno != EEXIST) {
+      *why = errno == ELOOP ? "it is a symbolic link (not followed)" : error_text(errno);
+      return -1;
+    }
+    if (header_only(g_path)) return core::open_output_file(g_path, 0600, why);
+  }
+  *why = "10000 files of this pid exist already";
+  return -1;
+}
+
+// `first`: the run's first process (T.csv); `exec_of_first`: that process after an exec.
+void open_for_this_process(bool first, bool exec_of_first) noexcept {
   const char* why = nullptr;
-  g_fd = core::open_output_file(g_path, 0600, &why);
+  if (first) {
+    Text{g_path, sizeof g_path} << g_stem << g_extension;
+    g_fd = core::open_output_file(g_path, 0600, &why);
+  } else {
+    g_fd = open_own_file(exec_of_first, &why);
+  }
   if (g_fd < 0) {
     report_failure("refused, no trace written", why);
     return;
   }
+  g_fd_owner = ::getpid();
   if (!g_recorder->stream_to(g_fd, kTraceChunk))
     report_failure("write failed", error_text(g_recorder->stream_error()));
 }
@@ -122,7 +201,8 @@ void on_signal(int sig) noexcept {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  ::sigaction(sig, &dfl, nullptr);
+  g_standing_in[sig].store(false, std::memory_order_relaxed);
+  real_sigaction(sig, &dfl, nullptr);
   --t_depth;
   errno = saved;
   ::raise(sig);  // delivered when the handler returns (the signal is blocked until then)
@@ -140,8 +220,61 @@ bool would_end(int sig) noexcept {
   if (!terminating(sig)) return false;
   if (sig == SIGKILL) return true;
   struct sigaction now {};
-  return ::sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_DFL &&
+  return real_sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_DFL &&
          !(now.sa_flags & SA_SIGINFO);
+}
+
+// Installs the flushing handler where the program's action is the default.
+void stand_in(int sig) noexcept {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  g_standing_in[sig].store(true, std::memory_order_relaxed);
+  if (real_sigaction(sig, &sa, nullptr) != 0) g_standing_in[sig].store(false);
+}
+
+// What the program is shown of an action while the library stands in for the default.
+void show_default(struct sigaction* old) noexcept {
+  if (old == nullptr) return;
+  std::memset(old, 0, sizeof *old);
+  old->sa_handler = SIG_DFL;
+  sigemptyset(&old->sa_mask);
+}
+
+// Flushes the trace before the process image is replaced: the new image writes a file of its
+// own (open_own_file), and what this one recorded is in its file.
+void before_exec() noexcept {
+  if (g_recorder == nullptr || g_fd < 0 || g_fd_owner != ::getpid()) return;
+  Inside inside;
+  flush_trace();
+}
+
+ExecvpeFn real_execvpe() noexcept {
+  if (g_execvpe == nullptr) g_execvpe = reinterpret_cast<ExecvpeFn>(::dlsym(RTLD_NEXT, "execvpe"));
+  return g_execvpe;
+}
+FexecveFn real_fexecve() noexcept {
+  if (g_fexecve == nullptr) g_fexecve = reinterpret_cast<FexecveFn>(::dlsym(RTLD_NEXT, "fexecve"));
+  return g_fexecve;
+}
+
+// The arguments of execl / execlp / execle after the first, `count` of them counted with the
+// first (count_args), into `argv`; the pointer after the null that ends them (execle's envp) is
+// returned.
+char* const* collect_args(char** argv, const char* first, va_list args, std::size_t count,
+                          bool with_env) noexcept {
+  if (count > 0) argv[0] = const_cast<char*>(first);
+  for (std::size_t i = 1; i < count; ++i) argv[i] = va_arg(args, char*);
+  if (count > 0) (void)va_arg(args, char*);  // the null pointer that ends them
+  return with_env ? va_arg(args, char* const*) : nullptr;
+}
+
+std::size_t count_args(const char* first, va_list args) noexcept {
+  std::size_t n = 0;
+  if (first == nullptr) return 0;
+  while (va_arg(args, char*) != nullptr) ++n;
+  return n + 1;  // the first, and those after it before the null pointer
 }
 
 }  // namespace
@@ -165,21 +298,25 @@ void start_trace(const char* path) noexcept {
   const char* root = std::getenv("MODELMEM_TRACE_PID");
   char self[24];
   Text{self, sizeof self} << static_cast<unsigned long>(::getpid());
-  const bool first = root == nullptr || *root == '\0' || std::strcmp(root, self) == 0;
-  if (root == nullptr || *root == '\0') ::setenv("MODELMEM_TRACE_PID", self, 1);
-  open_for_this_process(first);
+  const bool first = root == nullptr || *root == '\0';
+  // The first process names itself; the same pid here again is that process after an exec.
+  const bool exec_of_first = !first && std::strcmp(root, self) == 0;
+  if (first) ::setenv("MODELMEM_TRACE_PID", self, 1);
+  open_for_this_process(first, exec_of_first);
   std::atexit(at_exit);
   for (int sig : kSignals) {
     struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+    if (real_sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
         (old.sa_flags & SA_SIGINFO))
       continue;  // the program's own handler (or an ignored signal) stays
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(sig, &sa, nullptr);
+    g_managed[sig].store(true, std::memory_order_relaxed);
+    stand_in(sig);
   }
+}
+
+void resolve_exec() noexcept {
+  real_execvpe();
+  real_fexecve();
 }
 
 void trace_fork_child() noexcept {
@@ -188,7 +325,7 @@ void trace_fork_child() noexcept {
   if (g_fd >= 0) ::close(g_fd);
   g_fd = -1;
   g_reported = false;
-  open_for_this_process(false);
+  open_for_this_process(false, false);
 }
 
 }  // namespace modelmem::preload
@@ -213,3 +350,133 @@ extern "C" __attribute__((visibility("default"))) int raise(int sig) noexcept {
   }
   return static_cast<int>(::syscall(SYS_tgkill, ::getpid(), ::syscall(SYS_gettid), sig));
 }
+
+// While the library stands in for a signal's default action, the program is shown SIG_DFL; a
+// handler it sets (or SIG_IGN) replaces the library's, and SIG_DFL set again brings the
+// library's back (the program then ends by that signal as before, the trace flushed).
+extern "C" __attribute__((visibility("default"))) int sigaction(int sig,
+                                                                const struct sigaction* act,
+                                                                struct sigaction* old) noexcept {
+  using namespace modelmem::preload;
+  if (sig <= 0 || sig >= NSIG || !g_managed[sig].load(std::memory_order_relaxed))
+    return real_sigaction(sig, act, old);
+  const bool dfl = act != nullptr && act->sa_handler == SIG_DFL && !(act->sa_flags & SA_SIGINFO);
+  if (g_standing_in[sig].load(std::memory_order_relaxed)) {
+    struct sigaction now {};
+    if (real_sigaction(sig, nullptr, &now) == 0 && now.sa_handler == on_signal &&
+        !(now.sa_flags & SA_SIGINFO)) {
+      if (act == nullptr || dfl) {
+        show_default(old);
+        return 0;
+      }
+      g_standing_in[sig].store(false, std::memory_order_relaxed);
+      const int r = real_sigaction(sig, act, nullptr);
+      if (r != 0) {
+        g_standing_in[sig].store(true, std::memory_order_relaxed);
+        return r;
+      }
+      show_default(old);
+      return 0;
+    }
+    // Replaced behind the library's back (a raw system call): the program's action is real.
+    g_standing_in[sig].store(false, std::memory_order_relaxed);
+  }
+  if (!dfl) return real_sigaction(sig, act, old);
+  if (old != nullptr && real_sigaction(sig, nullptr, old) != 0) return -1;
+  stand_in(sig);
+  return 0;
+}
+
+// glibc's signal() calls its own sigaction directly; the same view through it.
+extern "C" __attribute__((visibility("default"))) sighandler_t signal(
+    int sig, sighandler_t handler) noexcept {
+  struct sigaction act {
+  }, old{};
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  if (sig > 0 && sig < NSIG) sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+// The exec family: the trace flushed first (exit handlers do not run at an exec).
+extern "C" __attribute__((visibility("default"))) int execve(const char* path, char* const argv[],
+                                                             char* const envp[]) noexcept {
+  modelmem::preload::before_exec();
+  return static_cast<int>(::syscall(SYS_execve, path, argv, envp));
+}
+
+extern "C" __attribute__((visibility("default"))) int execv(const char* path,
+                                                            char* const argv[]) noexcept {
+  return execve(path, argv, environ);
+}
+
+extern "C" __attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[],
+                                                              char* const envp[]) noexcept {
+  using namespace modelmem::preload;
+  before_exec();
+  ExecvpeFn next = real_execvpe();
+  if (next == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return next(file, argv, envp);
+}
+
+extern "C" __attribute__((visibility("default"))) int execvp(const char* file,
+                                                             char* const argv[]) noexcept {
+  return execvpe(file, argv, environ);
+}
+
+extern "C" __attribute__((visibility("default"))) int fexecve(int fd, char* const argv[],
+                                                              char* const envp[]) noexcept {
+  using namespace modelmem::preload;
+  before_exec();
+  FexecveFn next = real_fexecve();
+  if (next == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return next(fd, argv, envp);
+}
+
+extern "C" __attribute__((visibility("default"))) int execveat(int dirfd, const char* path,
+                                                               char* const argv[],
+                                                               char* const envp[],
+                                                               int flags) noexcept {
+  modelmem::preload::before_exec();
+  return static_cast<int>(::syscall(SYS_execveat, dirfd, path, argv, envp, flags));
+}
+
+#define MODELMEM_COLLECT(first, with_env)                                                  \
+  va_list count_list;                                                                      \
+  va_start(count_list, first);                                                             \
+  const std::size_t count = modelmem::preload::count_args(first, count_list);              \
+  va_end(count_list);                                                                      \
+  char** argv = static_cast<char**>(alloca((count + 1) * sizeof(char*)));                  \
+  va_list list;                                                                            \
+  va_start(list, first);                                                                   \
+  char* const* envp = modelmem::preload::collect_args(argv, first, list, count, with_env); \
+  va_end(list);                                                                            \
+  argv[count] = nullptr;                                                                   \
+  (void)envp
+
+extern "C" __attribute__((visibility("default"))) int execl(const char* path, const char* arg,
+                                                            ...) noexcept {
+  MODELMEM_COLLECT(arg, false);
+  return execve(path, argv, environ);
+}
+
+extern "C" __attribute__((visibility("default"))) int execlp(const char* file, const char* arg,
+                                                             ...) noexcept {
+  MODELMEM_COLLECT(arg, false);
+  return execvpe(file, argv, environ);
+}
+
+extern "C" __attribute__((visibility("default"))) int execle(const char* path, const char* arg,
+                                                             ...) noexcept {
+  MODELMEM_COLLECT(arg, true);
+  return execve(path, argv, envp);
+}
+#undef MODELMEM_COLLECT

@@ -1,6 +1,7 @@
 // MODELMEM_TRACE=T.csv: every process writes its own trace file as it runs (T.csv for the first
-// process, T.<pid>.csv for the others), flushed at exit, at SIGTERM / SIGINT / SIGHUP and when
-// the program signals itself (Python's exit after an uncaught KeyboardInterrupt). A file that
+// process, T.<pid>.csv for the others, T.<pid>.<n>.csv for a pid used again or an image after
+// an exec), flushed at exit, at an exec, at SIGTERM / SIGINT / SIGHUP left at their default and
+// when the program signals itself (Python's exit after an uncaught KeyboardInterrupt). A file that
 // cannot be created or written is reported on stderr and, under `modelmem run`, in its status
 // folder (MODELMEM_TRACE_STATUS), so that `run` exits non-zero.
 #pragma once
@@ -16,6 +17,9 @@ constexpr unsigned kTraceChunk = 4096;
 void start_trace(const char* path) noexcept;
 /// In a fork child: a new file for the new process; the parent's pending events stay its own.
 void trace_fork_child() noexcept;
+/// Looks up the C library's execvpe and fexecve, which the library's own wrap (flushing the
+/// trace first): done at start-up, as a fork child may not call dlsym.
+void resolve_exec() noexcept;
 
 }  // namespace modelmem::preload
 

@@ -1,7 +1,9 @@
 // The preload where the environment is hostile. The trace files of MODELMEM_TRACE / `modelmem
 // run --trace`: written as the program runs, so a process killed by a signal leaves its events;
-// one file per process; a write failure is a non-zero status from `run` and a file that ends at
-// a whole event; symlinks are refused. And start-up under an address-space limit.
+// one file per process, also for a pid used again and an image after an exec; a write failure
+// is a non-zero status from `run` and a file that ends at a whole event; symlinks are refused.
+// The program keeps its own SIGINT (Python's KeyboardInterrupt) and dies with a `run` that is
+// killed. And start-up under an address-space limit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -9,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +52,7 @@ class TraceFile : public ::testing::Test {
 };
 
 struct Outcome {
+  pid_t pid = 0;   // the process started
   int status = 0;  // waitpid's
   std::string out;
   bool hung = false;  // still running `deadline` after the signal: killed with SIGKILL
@@ -78,6 +82,7 @@ Outcome spawn(const std::vector<std::string>& env, const std::vector<std::string
   }
   ::close(pipe_fds[1]);
   Outcome o;
+  o.pid = child;
   char buffer[4096];
   bool sent = false;
   auto sent_at = std::chrono::steady_clock::now();
@@ -287,6 +292,130 @@ TEST_F(TraceFile, ASymlinkAtTheTracePathIsRefused) {
   o = spawn({"LD_PRELOAD=" + kPreloadLib, "MODELMEM_TRACE=" + plain}, {kPreloadCheck, "steps"});
   EXPECT_EQ(fs::status(plain).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
+}
+
+// Events of `kind` in `t` whose size is `size`.
+std::size_t count_sized(const modelmem::trace::Trace& t, std::size_t size) {
+  std::size_t n = 0;
+  for (const auto& e : t.events)
+    n += e.kind == modelmem::alloc::EventKind::kAlloc && e.size == size;
+  return n;
+}
+
+// The status folders of `run` pid `pid` (modelmem-run.<pid>.XXXXXX) in /dev/shm and /tmp.
+std::vector<std::string> status_folders_of(pid_t pid) {
+  std::vector<std::string> found;
+  const std::string prefix = "modelmem-run." + std::to_string(pid) + ".";
+  for (const char* base : {"/dev/shm", "/tmp"})
+    for (const auto& entry : fs::directory_iterator(base))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0)
+        found.push_back(entry.path().string());
+  return found;
+}
+
+TEST_F(TraceFile, UnderRunTracePythonStillRaisesKeyboardInterrupt) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string trace = path("kbd.csv");
+  // The library stands in for SIGINT's default to flush the trace; Python installs its own
+  // handler only over the default, and must still see it.
+  const std::string script =
+      "import signal, sys, time\n"
+      "print('handler', signal.getsignal(signal.SIGINT).__name__, flush=True)\n"
+      "kept = [bytearray((1 << 20) + 11) for i in range(300)]\n"
+      "try:\n"
+      "    print('ready', flush=True)\n"
+      "    time.sleep(20)\n"
+      "except KeyboardInterrupt:\n"
+      "    print('caught', flush=True)\n"
+      "    sys.exit(3)\n";
+  Outcome o = spawn({},
+                    {kCli, "run", "--conf", "strategy:caching", "--trace", trace, "--",
+                     "/usr/bin/python3", "-c", script},
+                    SIGINT, 0, std::chrono::seconds(10));
+  ASSERT_FALSE(o.hung) << o.out;
+  ASSERT_TRUE(WIFEXITED(o.status)) << "ended by signal " << WTERMSIG(o.status) << ": " << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 3) << o.out;
+  EXPECT_NE(o.out.find("handler default_int_handler"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("caught"), std::string::npos) << o.out;
+  // Flushed at exit: every block made before the interrupt is in the file.
+  modelmem::trace::Trace t = modelmem::trace::read_trace(trace);
+  EXPECT_GE(count_sized(t, (1u << 20) + 12), 300u) << o.out;
+}
+
+TEST_F(TraceFile, ARunKilledTakesItsProgramWithItAndItsFolderGoes) {
+  const std::string trace = path("killed.csv");
+  // The program holds the output pipe: spawn() sees its end only when the program is gone.
+  Outcome o =
+      spawn({}, {kCli, "run", "--trace", trace, "--", "/bin/sh", "-c", "echo ready; exec sleep 30"},
+            SIGKILL, 0, std::chrono::seconds(10));
+  ASSERT_FALSE(o.hung) << "the program outlived `run`: " << o.out;
+  ASSERT_TRUE(WIFSIGNALED(o.status) && WTERMSIG(o.status) == SIGKILL) << o.out;
+  // `run` could not remove its status folder; the next `run --trace` removes it.
+  Outcome next = spawn({}, {kCli, "run", "--trace", path("next.csv"), "--", "/bin/true"});
+  ASSERT_TRUE(WIFEXITED(next.status) && WEXITSTATUS(next.status) == 0) << next.out;
+  EXPECT_TRUE(status_folders_of(o.pid).empty());
+  EXPECT_TRUE(status_folders_of(next.pid).empty());
+  // Signals that end `run` by default reach the program instead, and `run` ends as it did.
+  for (int sig : {SIGUSR1, SIGALRM, SIGPIPE}) {
+    SCOPED_TRACE(strsignal(sig));
+    o = spawn({},
+              {kCli, "run", "--trace", trace, "--", "/bin/sh", "-c", "echo ready; exec sleep 30"},
+              sig, 0, std::chrono::seconds(10));
+    ASSERT_FALSE(o.hung) << o.out;
+    EXPECT_TRUE(WIFSIGNALED(o.status) && WTERMSIG(o.status) == sig) << o.out;
+    EXPECT_TRUE(status_folders_of(o.pid).empty());
+  }
+}
+
+TEST_F(TraceFile, AnExecKeepsTheTraceOfTheImageBeforeIt) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string trace = path("exec.csv");
+  const std::string script =
+      "import os\n"
+      "kept = [bytearray(3 << 20) for i in range(5)]\n"
+      "os.execv('/usr/bin/python3', ['python3', '-c', 'k = [bytearray(5 << 20) for i in "
+      "range(7)]'])\n";
+  Outcome o = spawn({}, {kCli, "run", "--conf", "strategy:caching", "--trace", trace, "--",
+                         "/usr/bin/python3", "-c", script});
+  ASSERT_TRUE(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0) << o.out;
+  // The first image's events (flushed before the exec) stay in exec.csv; the new image, the
+  // same pid, writes exec.<pid>.csv.
+  modelmem::trace::Trace first = modelmem::trace::read_trace(trace);
+  EXPECT_EQ(count_sized(first, (3u << 20) + 1), 5u);
+  EXPECT_EQ(count_sized(first, (5u << 20) + 1), 0u);
+  std::vector<std::string> others;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    if (entry.path().filename() != "exec.csv") others.push_back(entry.path().string());
+  ASSERT_EQ(others.size(), 1u) << o.out;
+  EXPECT_EQ(fs::path(others[0]).filename().string().rfind("exec.", 0), 0u) << others[0];
+  modelmem::trace::Trace second = modelmem::trace::read_trace(others[0]);
+  EXPECT_EQ(count_sized(second, (5u << 20) + 1), 7u);
+  EXPECT_EQ(count_sized(second, (3u << 20) + 1), 0u);
+}
+
+TEST_F(TraceFile, APidUsedAgainDoesNotOverwriteAnEarlierChildsFile) {
+  // In a pid namespace of its own, the next pid is set back (ns_last_pid): the second
+  // preload_check gets the first one's pid.
+  const std::string trace = path("reuse.csv");
+  const std::string script = kPreloadCheck + " steps && echo 1 > /proc/sys/kernel/ns_last_pid && " +
+                             kPreloadCheck + " steps && echo pids-reused";
+  Outcome o = spawn({}, {kCli, "run", "--conf", "strategy:planned", "--trace", trace, "--",
+                         "unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-c", script});
+  if (o.out.find("pids-reused") == std::string::npos)
+    GTEST_SKIP() << "no pid namespace with a settable next pid here: " << o.out;
+  ASSERT_TRUE(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0) << o.out;
+  std::vector<std::string> full;  // files with preload_check's 2400 allocations
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    modelmem::trace::Trace t = modelmem::trace::read_trace(entry.path().string());
+    if (count(t, modelmem::alloc::EventKind::kAlloc) == 2400u)
+      full.push_back(entry.path().filename().string());
+  }
+  std::sort(full.begin(), full.end());
+  // reuse.<pid>.2.csv sorts before reuse.<pid>.csv.
+  ASSERT_EQ(full.size(), 2u) << o.out;
+  const std::string first = full[1];
+  ASSERT_EQ(first.rfind(".csv"), first.size() - 4) << first;
+  EXPECT_EQ(full[0], first.substr(0, first.size() - 4) + ".2.csv") << o.out;
 }
 
 TEST_F(TraceFile, RunStartsUnderAnAddressSpaceLimit) {
