@@ -83,6 +83,9 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
     }
     if (quota_refused()) return nullptr;
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
+    void* q = next_calloc(n, size);
+    if (q == nullptr && give_back_address_space(total)) q = next_calloc(n, size);
+    return q;
   } else if (cached_request(total)) {
     void* p = cache_allocate(total, 16);
     if (p != nullptr) std::memset(p, 0, total);  // a cached block is not zero
@@ -122,7 +125,9 @@ __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
   if (q == nullptr) {
     if (quota_refused()) return nullptr;  // the old block stays valid
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
-    return n->realloc(ptr, size);
+    void* r = n->realloc(ptr, size);
+    if (r == nullptr && give_back_address_space(size)) r = n->realloc(ptr, size);
+    return r;
   }
   std::size_t old = n->usable(ptr);
   std::memcpy(q, ptr, old < size ? old : size);

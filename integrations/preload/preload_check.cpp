@@ -313,6 +313,21 @@ void double_free_small() {
   std::fflush(stdout);
 }
 
+// One block of `gib` GiB (malloc, then calloc), its first and last pages written: what a program
+// under an address-space limit can allocate alone must not fail under the library.
+void one_large_block(std::size_t gib) {
+  const std::size_t size = gib << 30;
+  for (int use_calloc = 0; use_calloc < 2; ++use_calloc) {
+    auto* p = static_cast<unsigned char*>(use_calloc ? std::calloc(1, size) : std::malloc(size));
+    CHECK(p != nullptr);
+    if (p == nullptr) return;
+    p[0] = 1;
+    p[size - 1] = 2;
+    CHECK(p[0] == 1 && p[size - 1] == 2);
+    std::free(p);
+  }
+}
+
 // A double free of a small block at a page boundary, which the small-block cache never keeps:
 // the C library's own check stops the program (as without modelmem).
 void double_free_page_boundary() {
@@ -425,6 +440,8 @@ int main(int argc, char** argv) {
   }
   if (want("realloc")) realloc_across_threshold();
   if (want("threads")) threads(6);
+  if (what == "two-gib") one_large_block(2);  // not part of "all"
+  if (what == "nine-gib") one_large_block(9);
   if (want("fork")) fork_while_threads_allocate();
   if (want("dlopen")) dlopen_zlib();
   if (want("steps")) steps(400);

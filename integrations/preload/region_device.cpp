@@ -19,8 +19,12 @@ namespace {
 // Segments start on 2 MiB boundaries so that transparent huge pages can back large ones.
 constexpr std::size_t kGranule = 64u << 10;
 constexpr std::size_t kHuge = 2u << 20;
-// Less than this is not worth serving large requests from.
+// Less than this is not worth serving large requests from (without a limit, the OS refusing
+// it means something is wrong)...
 constexpr std::size_t kMinReserve = std::size_t{1} << 30;
+// ...but under an address-space limit a small reservation costs the program nothing (what it
+// does not use is given back when the C library needs it), where refusing to run would.
+constexpr std::size_t kMinReserveUnderLimit = std::size_t{64} << 20;
 
 // VmSize of this process (bytes), 0 when unknown.
 std::size_t address_space_in_use() noexcept {
@@ -40,36 +44,75 @@ RegionDevice::RegionDevice(std::size_t reserve, bool populate, bool huge_pages)
   reserve = checked_align_up(reserve, kHuge, "preload reservation");
   const std::size_t requested = reserve;
   std::string why;
+  std::size_t minimum = kMinReserve;
+  std::size_t cap = 0, used = 0;
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur);
-    const std::size_t used = address_space_in_use();
+    cap = static_cast<std::size_t>(limit.rlim_cur);
+    used = address_space_in_use();
     const std::size_t room = cap > used ? (cap - used) / 2 / kHuge * kHuge : 0;
     why = "RLIMIT_AS (ulimit -v) is " + format_bytes(cap) + ", " + format_bytes(used) +
           " of it in use";
     if (room < reserve) reserve = room;
+    minimum = kMinReserveUnderLimit;
   }
   void* p = MAP_FAILED;
-  while (reserve >= kMinReserve) {
+  while (reserve >= minimum) {
     p = mmap(nullptr, reserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
              0);
     if (p != MAP_FAILED) break;
     if (why.empty()) why = std::string("the OS refused more (") + std::strerror(errno) + ")";
     reserve = reserve / 2 / kHuge * kHuge;
   }
+  if (p == MAP_FAILED && cap != 0) {
+    // What the limit must be for the smallest reservation (half of what it leaves) to fit.
+    const std::size_t needed = used + 2 * minimum + kHuge;
+    throw InvalidInput("address space reservation: not even " + format_bytes(minimum) +
+                       " of address space for large requests fits: " + why +
+                       "; raise the limit to at least " + format_bytes(needed) + " (ulimit -v " +
+                       std::to_string((needed + 1023) / 1024) +
+                       "), or set strategy:system to leave every request to the C library");
+  }
   if (p == MAP_FAILED)
     throw InvalidInput("address space reservation: preload_reserve_gb asks for " +
                        format_bytes(requested) + " and not even " + format_bytes(kMinReserve) +
                        " fits: " + (why.empty() ? "the OS refused it" : why) +
-                       "; raise the limit or lower preload_reserve_gb");
+                       "; set strategy:system to leave every request to the C library");
   if (reserve < requested)
     adapted_ = "reserved " + format_bytes(reserve) + " of address space for large requests, not " +
                format_bytes(requested) + " (preload_reserve_gb): " + why +
-               "; larger needs go to the C library";
-  auto start = reinterpret_cast<std::uintptr_t>(p);
+               "; larger needs go to the C library, which gets what modelmem does not use "
+               "when it needs it";
+  // The reservation was made 2 MiB larger to align its start: the ends beyond the aligned
+  // range are given back now.
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
   base_ = (start + kHuge - 1) / kHuge * kHuge;
-  size_ = reserve;
-  free_.emplace(0, size_);
+  if (base_ > start) munmap(p, base_ - start);
+  const std::uintptr_t end = start + reserve + kHuge;
+  if (end > base_ + reserve)
+    munmap(reinterpret_cast<void*>(base_ + reserve), end - base_ - reserve);
+  size_.store(reserve, std::memory_order_relaxed);
+  free_.emplace(0, reserve);
+}
+
+std::size_t RegionDevice::release_unused() noexcept {
+  std::lock_guard lock(mutex_);
+  const std::size_t size = size_.load(std::memory_order_relaxed);
+  if (free_.empty()) return 0;
+  auto last = std::prev(free_.end());
+  if (last->first + last->second != size || last->second == 0) return 0;
+  const std::size_t keep = last->first;  // a multiple of kGranule: whole pages
+  if (munmap(reinterpret_cast<void*>(base_ + keep), size - keep) != 0) return 0;
+  free_.erase(last);
+  size_.store(keep, std::memory_order_relaxed);
+  released_ += size - keep;
+  os_calls_++;
+  return size - keep;
+}
+
+std::size_t RegionDevice::released() const {
+  std::lock_guard lock(mutex_);
+  return released_;
 }
 
 RegionDevice::~RegionDevice() {
@@ -94,7 +137,7 @@ void* RegionDevice::allocate(std::size_t bytes) {
     }
     if (it == free_.end())
       throw OutOfMemory(OomInfo{bytes,
-                                size_ - committed_,
+                                size_.load(std::memory_order_relaxed) - committed_,
                                 committed_,
                                 committed_,
                                 0,

@@ -1,14 +1,17 @@
 // Calls into the modelmem strategy (see strategy.hpp).
 #include "strategy.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <optional>
 
 #include "cache_glue.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "next_allocator.hpp"
+#include "region_device.hpp"
 #include "state.hpp"
 #include "trace_file.hpp"
 
@@ -67,6 +70,34 @@ std::size_t mm_size(const void* p) noexcept {
   }
 }
 
+bool give_back_address_space(std::size_t size) noexcept {
+  if (g_region == nullptr) return false;
+  static std::atomic<bool> told{false};
+  const int saved = errno;
+  Inside inside;
+  std::size_t released = 0;
+  {
+    std::lock_guard lock(g_mutex);
+    try {
+      g_alloc->trim();  // cached free segments back to the region first
+    } catch (...) {
+    }
+    released = g_region->release_unused();
+  }
+  if (released > 0 && !told.exchange(true)) {
+    try {
+      std::fprintf(stderr,
+                   "modelmem preload: the C library could not map %s: %s of the address space "
+                   "reserved for large requests, unused, was given back to it (an address-space "
+                   "limit, RLIMIT_AS); further ones are not printed\n",
+                   format_bytes(size).c_str(), format_bytes(released).c_str());
+    } catch (...) {
+    }
+  }
+  errno = saved;
+  return released > 0;
+}
+
 // Requests served by modelmem; the sizes of the others are left to the next allocator.
 void* large_malloc(std::size_t size) noexcept {
   void* p = mm_allocate(size);
@@ -74,6 +105,7 @@ void* large_malloc(std::size_t size) noexcept {
     if (quota_refused()) return nullptr;
     g_large_libc.fetch_add(1, std::memory_order_relaxed);
     p = next_malloc(size);
+    if (p == nullptr && give_back_address_space(size)) p = next_malloc(size);
   }
   return p;
 }

@@ -22,6 +22,10 @@ void mm_free(void* p) noexcept;
 std::size_t mm_size(const void* p) noexcept;
 /// mm_allocate, else the next allocator (counted as refused); null when a quota refused it.
 void* large_malloc(std::size_t size) noexcept;
+/// After the next allocator failed a request of `size` bytes: under an address-space limit the
+/// reservation's unused end goes back to the OS (modelmem's cached free segments first), so
+/// that the next allocator may map it. True when something was given back (then try again).
+bool give_back_address_space(std::size_t size) noexcept;
 
 /// After mm_allocate returned nullptr: true (errno ENOMEM) when a quota refused the request.
 inline bool quota_refused() noexcept {

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -437,12 +438,37 @@ TEST_F(TraceFile, RunStartsUnderAnAddressSpaceLimit) {
   EXPECT_EQ(notes, 2u) << o.out;
   EXPECT_NE(o.out.find("RLIMIT_AS (ulimit -v) is 16.00 GiB"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("preload_reserve_gb"), std::string::npos) << o.out;
-  // Where not even 1 GiB fits, `run` says which limit and which key, before the program starts.
-  o = spawn({}, {"/bin/sh", "-c", "ulimit -v 1500000; " + kCli + " run -- /bin/true"});
+  // What the program could allocate alone it allocates under `run`: a 2 GiB block under 4 GiB
+  // (the reservation, half of what the limit leaves, is given back when the C library needs it).
+  o = spawn({}, {"/bin/sh", "-c",
+                 "ulimit -v 4194304; " + kCli + " run -- " + kPreloadCheck + " two-gib"});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  EXPECT_NE(o.out.find("preload_check two-gib: ok"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("unused, was given back to it"), std::string::npos) << o.out;
+  // Under 1.43 GiB, where less than 1 GiB fits, the program runs too (it was refused, even
+  // with preload_reserve_gb:1, the smallest setting).
+  o = spawn(
+      {}, {"/bin/sh", "-c",
+           "ulimit -v 1500000; " + kCli + " run --conf strategy:planned,preload_reserve_gb:1 -- " +
+               kPreloadCheck + " threads"});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
+  EXPECT_NE(o.out.find("preload_check threads: ok"), std::string::npos) << o.out;
+  // Where not even 64 MiB fits, `run` says which limit and what setting works, before the
+  // program starts.
+  o = spawn({}, {"/bin/sh", "-c", "ulimit -v 100000; " + kCli + " run -- /bin/true"});
   ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
   EXPECT_EQ(WEXITSTATUS(o.status), 2) << o.out;
-  EXPECT_NE(o.out.find("RLIMIT_AS (ulimit -v) is"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("lower preload_reserve_gb"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("RLIMIT_AS (ulimit -v) is 97.66 MiB"), std::string::npos) << o.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      o.out, m, std::regex(R"(raise the limit to at least .* \(ulimit -v (\d+)\))")))
+      << o.out;
+  // The limit it names works.
+  o = spawn({}, {"/bin/sh", "-c", "ulimit -v " + m[1].str() + "; " + kCli + " run -- /bin/true"});
+  ASSERT_TRUE(WIFEXITED(o.status)) << o.out;
+  EXPECT_EQ(WEXITSTATUS(o.status), 0) << o.out;
 }
 
 }  // namespace
