@@ -9,6 +9,7 @@
 // when the next allocator is the C library, a large one to the strategy (strategy.hpp), a
 // pointer home by where it lies (ours(), in_bootstrap()), everything else to the next allocator
 // (next_allocator.hpp). state.hpp lists the other files of the library.
+#include <dlfcn.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -173,6 +174,21 @@ __attribute__((visibility("default"))) void* pvalloc(size_t size) {
   }
   rounded = rounded / page * page;
   return next_memalign(page, rounded == 0 ? page : rounded);
+}
+
+// What a program asks of the allocator when it wants memory back now (a server that dropped a
+// model): modelmem's cached free segments go back to the OS, the calling thread's small-block
+// cache to the C library, and then the C library trims its own heap.
+__attribute__((visibility("default"))) int malloc_trim(size_t pad) {
+  const std::size_t released = mm_trim();
+  if (cache_ready() && t_cache.bytes > 0) {
+    t_cache.drain([](void* p) { g_next.free(p); });
+    flush_cache_counters(t_cache);
+  }
+  using Trim = int (*)(size_t);
+  static Trim next_trim = reinterpret_cast<Trim>(dlsym(RTLD_NEXT, "malloc_trim"));
+  const int theirs = next_trim != nullptr ? next_trim(pad) : 0;
+  return released > 0 || theirs != 0 ? 1 : 0;
 }
 
 __attribute__((visibility("default"))) size_t malloc_usable_size(void* ptr) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -328,6 +329,33 @@ void one_large_block(std::size_t gib) {
   }
 }
 
+// Resident bytes of this process.
+std::size_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// 64 blocks of 1 MiB written and freed stay cached (cache_decay_ms); malloc_trim(0) gives them
+// back to the OS at once, and says so.
+void trim_gives_back() {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) {
+    void* p = std::malloc(1 << 20);
+    CHECK(p != nullptr && owns(p));
+    if (p != nullptr) std::memset(p, 7, 1 << 20);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) std::free(p);
+  const std::size_t before = resident_bytes();
+  CHECK(malloc_trim(0) == 1);
+  const std::size_t after = resident_bytes();
+  CHECK(after + (48u << 20) < before);
+  if (after + (48u << 20) >= before)
+    std::fprintf(stderr, "resident %zu bytes before malloc_trim, %zu after\n", before, after);
+}
+
 // A double free of a small block at a page boundary, which the small-block cache never keeps:
 // the C library's own check stops the program (as without modelmem).
 void double_free_page_boundary() {
@@ -442,6 +470,7 @@ int main(int argc, char** argv) {
   if (want("threads")) threads(6);
   if (what == "two-gib") one_large_block(2);  // not part of "all"
   if (what == "nine-gib") one_large_block(9);
+  if (what == "trim") trim_gives_back();  // not part of "all"
   if (want("fork")) fork_while_threads_allocate();
   if (want("dlopen")) dlopen_zlib();
   if (want("steps")) steps(400);

@@ -98,6 +98,20 @@ bool give_back_address_space(std::size_t size) noexcept {
   return released > 0;
 }
 
+std::size_t mm_trim() noexcept {
+  if (g_state.load(std::memory_order_acquire) != kReady || g_alloc == nullptr) return 0;
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  try {
+    const auto before = g_alloc->stats().reserved_bytes.all.current;
+    g_alloc->trim();
+    const auto after = g_alloc->stats().reserved_bytes.all.current;
+    return before > after ? static_cast<std::size_t>(before - after) : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 // Requests served by modelmem; the sizes of the others are left to the next allocator.
 void* large_malloc(std::size_t size) noexcept {
   void* p = mm_allocate(size);

@@ -20,6 +20,8 @@ void* mm_allocate(std::size_t size) noexcept;
 void mm_free(void* p) noexcept;
 /// The requested size of a live modelmem block (0 when unknown).
 std::size_t mm_size(const void* p) noexcept;
+/// Gives back every cached free segment of the strategy (malloc_trim); the bytes given back.
+std::size_t mm_trim() noexcept;
 /// mm_allocate, else the next allocator (counted as refused); null when a quota refused it.
 void* large_malloc(std::size_t size) noexcept;
 /// After the next allocator failed a request of `size` bytes: under an address-space limit the

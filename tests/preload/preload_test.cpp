@@ -218,6 +218,15 @@ TEST_F(Preload, ADoubleFreeOfASmallBlockAtAPageBoundaryStopsTheProgramToo) {
   EXPECT_NE(r.out.find("double free"), std::string::npos) << r.out;
 }
 
+// malloc_trim gives modelmem's cached free segments back at once, not after cache_decay_ms.
+TEST_F(Preload, MallocTrimGivesCachedMemoryBack) {
+  for (const char* conf : {"strategy:caching", "strategy:planned"}) {
+    Result r = run(preload_env(conf), kCheck + " trim");
+    EXPECT_EQ(r.rc, 0) << conf << ": " << r.out;
+    EXPECT_NE(r.out.find("preload_check trim: ok"), std::string::npos) << conf << ": " << r.out;
+  }
+}
+
 TEST_F(Preload, HugePagesAndPrefaultAreSettingsOfItsRegion) {
   // They were once refused as "host memory only" by the strategy factory, which disabled the
   // whole library.
