@@ -2,13 +2,17 @@
 // sizes (1 B to 8 MiB, log-uniform), write a checksum into every block, free blocks made by
 // other threads (one in eight goes through a shared exchange), and check every block before it
 // is freed. A corrupted or misaligned block, a crash or a hang fails the run.
-//   alloc_stress [--seconds S] [--threads T] [--idle S] [--conf STRING ...]
+//   alloc_stress [--seconds S] [--threads T] [--idle S] [--trim] [--conf STRING ...]
 // Without --conf: every strategy (system, caching with and without the thread cache, static,
 // planned with automatic and with marked steps). Prints one line per strategy; exits 1 on any
 // corruption. --idle S: once everything is freed, wait S seconds and print the process's peak RSS
 // and its RSS then (what the allocator gave back; bench/stress/rss_compare.sh runs it under
-// glibc, jemalloc, tcmalloc and modelmem side by side). The sanitizer build runs it for a few
-// seconds in the test suite (CTest stress.allocators); docs/benchmarks.md has longer runs.
+// glibc, jemalloc, tcmalloc and modelmem side by side). --trim: once everything is freed, call
+// malloc_trim(0) and print the RSS right after it (before any idle time). The sanitizer build runs
+// it for a few seconds in the test suite (CTest stress.allocators); docs/benchmarks.md has longer
+// runs.
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
   double seconds = 2;
   unsigned threads = 8;
   double idle = -1;
+  bool trim = false;
   std::vector<std::string> confs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -186,12 +191,14 @@ int main(int argc, char** argv) {
       threads = static_cast<unsigned>(std::atoi(argv[++i]));
     } else if (a == "--idle" && i + 1 < argc) {
       idle = std::atof(argv[++i]);
+    } else if (a == "--trim") {
+      trim = true;
     } else if (a == "--conf" && i + 1 < argc) {
       confs.push_back(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: alloc_stress [--seconds S] [--threads T] [--idle S] [--conf STRING "
-                   "...]\n");
+                   "usage: alloc_stress [--seconds S] [--threads T] [--idle S] [--trim] [--conf "
+                   "STRING ...]\n");
       return 2;
     }
   }
@@ -210,6 +217,15 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "alloc_stress: %s\n", e.what());
     return 2;
+  }
+  if (trim) {
+    const long freed = rss_kib().second;
+    const int gave = malloc_trim(0);
+    const auto [peak, now] = rss_kib();
+    std::printf(
+        "rss-trim: peak %ld MiB, when everything was freed %ld MiB, right after "
+        "malloc_trim(0) %ld MiB (returned %d)\n",
+        peak >> 10, freed >> 10, now >> 10, gave);
   }
   if (idle >= 0) {
     const long freed = rss_kib().second;
