@@ -44,8 +44,10 @@ std::atomic<bool> g_standing_in[NSIG];
 
 using ExecvpeFn = int (*)(const char*, char* const[], char* const[]);
 using FexecveFn = int (*)(int, char* const[], char* const[]);
+using SignalFn = sighandler_t (*)(int, sighandler_t);
 ExecvpeFn g_execvpe = nullptr;
 FexecveFn g_fexecve = nullptr;
+SignalFn g_signal = nullptr;  // the C library's, for signals the library leaves alone
 
 int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
   return ::__sigaction(sig, act, old);
@@ -317,6 +319,7 @@ void start_trace(const char* path) noexcept {
 void resolve_exec() noexcept {
   real_execvpe();
   real_fexecve();
+  g_signal = reinterpret_cast<SignalFn>(::dlsym(RTLD_NEXT, "signal"));
 }
 
 void trace_fork_child() noexcept {
@@ -390,6 +393,10 @@ extern "C" __attribute__((visibility("default"))) int sigaction(int sig,
 // glibc's signal() calls its own sigaction directly; the same view through it.
 extern "C" __attribute__((visibility("default"))) sighandler_t signal(
     int sig, sighandler_t handler) noexcept {
+  using namespace modelmem::preload;
+  // A signal the library leaves alone: exactly the C library's signal() (siginterrupt and all).
+  if (g_signal != nullptr && (sig <= 0 || sig >= NSIG || !g_managed[sig].load()))
+    return g_signal(sig, handler);
   struct sigaction act {
   }, old{};
   act.sa_handler = handler;

@@ -17,8 +17,9 @@ constexpr unsigned kTraceChunk = 4096;
 void start_trace(const char* path) noexcept;
 /// In a fork child: a new file for the new process; the parent's pending events stay its own.
 void trace_fork_child() noexcept;
-/// Looks up the C library's execvpe and fexecve, which the library's own wrap (flushing the
-/// trace first): done at start-up, as a fork child may not call dlsym.
+/// Looks up the C library's execvpe, fexecve and signal, which the library's own wrap (flushing
+/// the trace first; showing SIG_DFL where it stands in): done at start-up, as a fork child may
+/// not call dlsym.
 void resolve_exec() noexcept;
 
 }  // namespace modelmem::preload
