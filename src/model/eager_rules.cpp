@@ -219,4 +219,139 @@ WindowAttention find_window_attention(const Graph& graph) {
   return wa;
 }
 
+// A self-attention written out in a module's forward, as BERT's, GPT-2's and the bundled
+// encoder's are: `q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))`, then
+// `scores = q @ k.transpose(-1, -2) / sqrt(d)` (a mask added), `softmax(scores) @ v`, and the
+// rest of the forward (the output projection; in the bundled encoder the whole feed-forward
+// too). q, k, v and scores are Python locals: PyTorch frees them when the forward returns, not
+// after their last use, which the graph shows. Found as a scope with a Softmax and two
+// MatMuls of two activations of its own, whose operands are (views of) outputs of its
+// sub-modules, the projections; scopes in `skip` (window attentions) are left out, and so is
+// nn.MultiheadAttention, whose projections are F.linear calls in its own scope. The held
+// tensors are those operands and the Softmax's input; they live until the last node of the
+// scope or its sub-modules. The Softmax's output is not held: the bundled encoder passes it on
+// as a temporary (transformers' eager BERT keeps it as `attention_probs`, after the peak).
+AttentionLocals find_attention_locals(const Graph& graph,
+                                      const std::vector<std::size_t>& step_of_node,
+                                      const std::vector<bool>& skip) {
+  AttentionLocals al;
+  al.inside.assign(graph.nodes.size(), false);
+  std::vector<std::string> direct(graph.nodes.size());
+  std::map<std::string, std::vector<int>> nodes_of;
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    const std::string& name = graph.nodes[v].name;
+    if (name.size() < 2 || name[0] != '/') continue;
+    direct[v] = name.substr(0, name.rfind('/'));
+    if (!direct[v].empty()) nodes_of[direct[v]].push_back(static_cast<int>(v));
+  }
+  // The tensor a chain of views (reshape, transpose) reads.
+  auto origin = [&](int t) {
+    for (int depth = 0; t >= 0 && depth < 8; ++depth) {
+      const int p = graph.tensors[t].producer;
+      if (p < 0) break;
+      const Node& n = graph.nodes[p];
+      if (n.inputs.empty() || !(is_alias_op(n.op_type) || n.op_type == "Transpose")) break;
+      t = n.inputs[0];
+    }
+    return t;
+  };
+  for (const auto& [scope, nodes] : nodes_of) {
+    if (std::any_of(nodes.begin(), nodes.end(), [&](int v) { return skip.size() > 0 && skip[v]; }))
+      continue;
+    int softmax = -1;
+    std::vector<int> products;  // MatMuls of two activations
+    for (int v : nodes) {
+      const Node& n = graph.nodes[v];
+      if (n.op_type == "Softmax" && !n.inputs.empty() && n.inputs[0] >= 0) softmax = v;
+      if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.inputs[0] >= 0 && n.inputs[1] >= 0 &&
+          !fixed_tensor(graph, n.inputs[0]) && !fixed_tensor(graph, n.inputs[1]))
+        products.push_back(v);
+    }
+    if (softmax < 0 || products.size() < 2) continue;
+    const std::string prefix = scope + "/";
+    std::vector<int> locals;
+    for (int v : products)
+      for (int t : graph.nodes[v].inputs) {
+        const int o = origin(t);
+        const int p = graph.tensors[o].producer;
+        if (p < 0 || direct[p].compare(0, prefix.size(), prefix) != 0) continue;
+        if (in_arena(graph.tensors[t])) locals.push_back(t);
+        if (o != t && in_arena(graph.tensors[o])) locals.push_back(o);
+      }
+    if (locals.empty()) continue;
+    const int scores = graph.nodes[softmax].inputs[0];
+    if (in_arena(graph.tensors[scores])) locals.push_back(scores);
+    // The forward's last node: of the scope or of its sub-modules.
+    int last = -1;
+    for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+      const std::string& d = direct[v];
+      if (d != scope && d.compare(0, prefix.size(), prefix) != 0) continue;
+      if (last < 0 || step_of_node[v] > step_of_node[static_cast<std::size_t>(last)])
+        last = static_cast<int>(v);
+    }
+    // The context: the second product, through its views and the reshape that copies it, as
+    // it reaches the output projection (`ctx = ctx.transpose(1, 2).reshape(b, s, h)`).
+    for (int t = graph.nodes[products.back()].outputs.empty()
+                     ? -1
+                     : graph.nodes[products.back()].outputs[0],
+             depth = 0;
+         t >= 0 && depth < 8; ++depth) {
+      const auto& cs = graph.tensors[t].consumers;
+      if (std::any_of(cs.begin(), cs.end(),
+                      [&](int c) { return direct[c].compare(0, prefix.size(), prefix) == 0; })) {
+        if (in_arena(graph.tensors[t])) locals.push_back(t);
+        break;
+      }
+      if (cs.size() != 1 || direct[cs[0]] != scope) break;
+      const Node& c = graph.nodes[cs[0]];
+      if (!(is_alias_op(c.op_type) || c.op_type == "Transpose") || c.outputs.empty()) break;
+      t = c.outputs[0];
+    }
+    for (int v : nodes) al.inside[v] = true;
+    std::sort(locals.begin(), locals.end());
+    locals.erase(std::unique(locals.begin(), locals.end()), locals.end());
+    for (int t : locals) al.held.emplace_back(t, last);
+    al.locals += locals.size();
+    ++al.scopes;
+  }
+  return al;
+}
+
+std::vector<ErfGelu> find_erf_gelus(const Graph& graph) {
+  std::vector<ErfGelu> out;
+  auto only = [&](int t) -> const Node* {
+    if (t < 0 || graph.tensors[t].consumers.size() != 1 || graph.tensors[t].graph_output)
+      return nullptr;
+    return &graph.nodes[graph.tensors[t].consumers[0]];
+  };
+  auto other = [](const Node& n, int t) { return n.inputs[0] == t ? n.inputs[1] : n.inputs[0]; };
+  for (const Node& erf : graph.nodes) {
+    if (erf.op_type != "Erf" || erf.inputs.size() != 1 || erf.outputs.size() != 1) continue;
+    const int scaled = erf.inputs[0];
+    if (scaled < 0 || graph.tensors[scaled].producer < 0) continue;
+    const Node& div = graph.nodes[graph.tensors[scaled].producer];
+    if ((div.op_type != "Div" && div.op_type != "Mul") || div.inputs.size() != 2 ||
+        div.inputs[0] < 0 || div.inputs[1] < 0 || !fixed_tensor(graph, div.inputs[1]) ||
+        only(scaled) != &erf)
+      continue;
+    const int x = div.inputs[0];
+    const Node* add = only(erf.outputs[0]);
+    if (!add || add->op_type != "Add" || add->inputs.size() != 2 || add->outputs.size() != 1 ||
+        !fixed_tensor(graph, other(*add, erf.outputs[0])))
+      continue;
+    const Node* mul = only(add->outputs[0]);
+    if (!mul || mul->op_type != "Mul" || mul->inputs.size() != 2 || mul->outputs.size() != 1 ||
+        other(*mul, add->outputs[0]) != x)
+      continue;
+    const Node* half = only(mul->outputs[0]);
+    if (!half || half->op_type != "Mul" || half->inputs.size() != 2 ||
+        !fixed_tensor(graph, other(*half, mul->outputs[0])))
+      continue;
+    out.push_back({x,
+                   graph.tensors[mul->outputs[0]].consumers[0],
+                   {scaled, erf.outputs[0], add->outputs[0], mul->outputs[0]}});
+  }
+  return out;
+}
+
 }  // namespace modelmem::model::detail

@@ -61,4 +61,27 @@ struct WindowAttention {
 };
 WindowAttention find_window_attention(const Graph& graph);
 
+/// The self-attentions written out in a module's forward (eager_rules.cpp).
+struct AttentionLocals {
+  std::vector<bool> inside;               ///< per node: of such a scope's own (layouts followed)
+  std::vector<std::pair<int, int>> held;  ///< (a local's tensor, the forward's last node)
+  std::size_t scopes = 0;
+  std::size_t locals = 0;  ///< tensors held: q, k, v, the scores and the context
+};
+AttentionLocals find_attention_locals(const Graph& graph,
+                                      const std::vector<std::size_t>& step_of_node,
+                                      const std::vector<bool>& skip);
+
+}  // namespace modelmem::model::detail
+
+namespace modelmem::model::detail {
+/// F.gelu (exact) as torch.onnx writes it, x * 0.5 * (1 + erf(x / sqrt(2))): one PyTorch
+/// operator with one output, so the formula's intermediates (the Div, Erf, Add and first Mul
+/// outputs) are never allocated, and x is read until the output is written.
+struct ErfGelu {
+  int input = -1;              ///< x
+  int last_node = -1;          ///< the final Mul, which writes the output
+  std::vector<int> internals;  ///< the intermediates
+};
+std::vector<ErfGelu> find_erf_gelus(const Graph& graph);
 }  // namespace modelmem::model::detail

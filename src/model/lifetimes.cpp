@@ -276,6 +276,7 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   }
 
   if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
+  std::vector<int> gelu_internals;
   WindowAttention wa;
   if (options.window_attention) {
     wa = find_window_attention(graph);
@@ -283,7 +284,29 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     for (auto [x, until] : wa.held)
       if (in_arena(graph.tensors[x])) last[x] = std::max(last[x], lt.step_of_node[until]);
   }
-  std::vector<Strides> strides(wa.scopes ? graph.tensors.size() : 0);
+  if (options.fuse_leaf_modules) {
+    // F.gelu in a forward: one operator (its input read until its output is written).
+    for (const auto& g : d::find_erf_gelus(graph)) {
+      for (int t : g.internals) last[t] = first[t];
+      if (in_arena(graph.tensors[g.input]))
+        last[g.input] = std::max(last[g.input], lt.step_of_node[g.last_node]);
+      gelu_internals.insert(gelu_internals.end(), g.internals.begin(), g.internals.end());
+    }
+  }
+  if (options.attention_locals) {
+    const auto al = d::find_attention_locals(graph, lt.step_of_node, wa.inside);
+    lt.attention_scopes = al.scopes;
+    lt.attention_locals = al.locals;
+    for (auto [t, until] : al.held) last[t] = std::max(last[t], lt.step_of_node[until]);
+    // Their layouts are followed as in a window attention: q, k and v are views.
+    if (al.scopes) {
+      if (wa.inside.empty()) wa.inside.assign(graph.nodes.size(), false);
+      for (std::size_t v = 0; v < al.inside.size(); ++v)
+        if (al.inside[v]) wa.inside[v] = true;
+    }
+  }
+  const bool layouts = wa.scopes > 0 || lt.attention_scopes > 0;
+  std::vector<Strides> strides(layouts ? graph.tensors.size() : 0);
   auto strides_of = [&](int t) {
     const Strides& st = strides[t];
     return st.empty() ? contiguous_strides(graph.tensors[t].shape) : st;
@@ -297,6 +320,7 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
 
   std::vector<bool> fused(graph.tensors.size(), false);
   if (options.fuse_leaf_modules) fused = fused_in_leaf_modules(graph);
+  for (int t : gelu_internals) fused[t] = true;
   std::vector<int> linear_into;
   if (options.linear_bias_in_place && !options.in_place) linear_into = linear_bias_adds(graph);
 
@@ -417,7 +441,7 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
         continue;
       }
       int g = -1;
-      const bool windowed = wa.scopes && wa.inside[lt.order[s]];
+      const bool windowed = layouts && wa.inside[lt.order[s]];
       if (windowed) g = windowed_output(node, k, o);
       if (g >= 0) {
         // a view (or F.linear's bias add) in a window attention

@@ -73,6 +73,12 @@ struct LifetimeOptions {
   /// until the attention's output is reshaped into the next `x`. Needs torch.onnx's scoped
   /// node names; changes nothing in a graph without such a scope.
   bool window_attention = false;
+  /// PyTorch eager in a self-attention written out in a module's forward (BERT, GPT-2, the
+  /// bundled encoder): q, k, v (views of the projection sub-modules' outputs) and the scores
+  /// (the Softmax's input) are Python locals, held until the forward returns (the last node of
+  /// the scope and its sub-modules), where the graph frees each after its last use. The scores
+  /// grow with the sequence squared. Needs torch.onnx's scoped node names.
+  bool attention_locals = false;
 };
 
 struct Lifetimes {
@@ -91,6 +97,8 @@ struct Lifetimes {
   std::size_t workspaces = 0;                 ///< conv_workspace buffers
   std::size_t window_attentions = 0;  ///< scopes planned as window attention (window_attention)
   std::size_t matmul_copies = 0;      ///< operand copies of MatMuls in those scopes
+  std::size_t attention_scopes = 0;   ///< self-attentions whose locals are held (attention_locals)
+  std::size_t attention_locals = 0;   ///< the tensors held there
   std::size_t fused = 0;              ///< fuse_leaf_modules: tensors without a buffer
 };
 
