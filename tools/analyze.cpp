@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "modelmem/model/plan_model.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "modelmem/trace/snapshot.hpp"
 #include "modelmem/trace/trace.hpp"
@@ -19,6 +20,7 @@ struct AnalyzeArgs {
   bool json = false;
   trace::ReadOptions read;
   trace::AnalyzeOptions options;
+  std::string device_memory;
 };
 
 void setup_analyze(CLI::App& app, int& exit_code) {
@@ -37,7 +39,12 @@ void setup_analyze(CLI::App& app, int& exit_code) {
                   "solver for one step's plan (default: the best of the heuristics)");
   cmd->add_option("--time-limit", args->options.time_limit_s, "seconds for a searching solver")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--device-memory", args->device_memory,
+                  "memory of the device a snapshot was taken on (80GiB, 81920MiB, bytes): its "
+                  "replays simulate that device (default: not limited)");
   cmd->callback([args, &exit_code] {
+    if (!args->device_memory.empty())
+      args->options.device_capacity = model::parse_size(args->device_memory, "--device-memory");
     trace::Trace t = trace::read_traces(
         std::vector<std::filesystem::path>(args->traces.begin(), args->traces.end()), args->read);
     trace::Analysis a = trace::analyze(t, args->options);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "modelmem/model/plan_model.hpp"
 #include "modelmem/trace/replay.hpp"
 
 namespace modelmem::tools {
@@ -16,6 +17,7 @@ struct ReplayArgs {
   trace::ReplayRequest request;
   bool no_touch = false;
   bool json = false;
+  std::string device_memory;
 };
 
 void setup_replay(CLI::App& app, int& exit_code) {
@@ -37,7 +39,12 @@ void setup_replay(CLI::App& app, int& exit_code) {
   cmd->add_flag("--skip-bad", args->request.read.skip_bad,
                 "skip malformed trace lines (counted in a warning) instead of stopping");
   cmd->add_flag("--json", args->json, "print JSON");
+  cmd->add_option("--device-memory", args->device_memory,
+                  "memory of the device a snapshot was taken on (80GiB, 81920MiB, bytes): the "
+                  "replays simulate that device (default: not limited)");
   cmd->callback([args, &exit_code] {
+    if (!args->device_memory.empty())
+      args->request.device_capacity = model::parse_size(args->device_memory, "--device-memory");
     args->request.options.touch = !args->no_touch;
     trace::ReplayReport report = trace::run_replay(args->request);
     for (const auto& w : report.warnings) fmt::print(stderr, "warning: {}\n", w);

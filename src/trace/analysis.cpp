@@ -2,6 +2,7 @@
 #include "modelmem/trace/analysis.hpp"
 
 #include "analysis_internal.hpp"
+#include "modelmem/trace/replay.hpp"
 
 namespace modelmem::trace {
 
@@ -10,12 +11,16 @@ Analysis analyze(const Trace& trace, const AnalyzeOptions& options) {
   a.name = trace.name;
   a.events = trace.events.size();
   a.skipped = trace.warnings;
+  a.snapshot = trace.snapshot;
   detail::State state{trace, match_blocks(trace), {}, kNever};
   a.skipped.insert(a.skipped.end(), state.blocks.warnings.begin(), state.blocks.warnings.end());
   detail::summarize(state, a);
   detail::find_steps(state, a, options);
   detail::break_down_reserved(state, a);
   detail::advise(state, a, options);
+  if (options.check_advice)
+    if (std::string where = replay_device_text(trace, options.device_capacity); !where.empty())
+      a.skipped.push_back(where);
   return a;
 }
 

@@ -12,8 +12,9 @@
 
 namespace modelmem::trace::detail {
 
-AdviceCheck replay_config(const Trace& trace, const std::string& config) {
-  auto allocator = allocator_from_config(config);
+AdviceCheck replay_config(const Trace& trace, const std::string& config,
+                          std::size_t device_capacity) {
+  auto allocator = allocator_from_config(config, replay_device(trace, device_capacity));
   ReplayOptions options;
   options.touch = false;
   ReplayResult r = replay(trace, *allocator, options);
@@ -45,7 +46,7 @@ void add_checked(const State& state, Analysis& a, const AnalyzeOptions& options,
   if (options.check_advice) {
     AdviceCheck check;
     try {
-      check = replay_config(state.trace, config);
+      check = replay_config(state.trace, config, options.device_capacity);
     } catch (const Error& e) {  // e.g. the host refused the memory: say so, advise nothing
       advice.message += fmt::format(" ({} could not be replayed here: {})", config, e.what());
       a.advice.push_back(std::move(advice));
@@ -269,7 +270,7 @@ void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& o
   }
   StaticPoolSize size;
   try {
-    size = advised_static_pool(state.trace, options.margin);
+    size = advised_static_pool(state.trace, options.margin, options.device_capacity);
   } catch (const Error& e) {  // e.g. the host refused a pool that large: say so, advise nothing
     a.advice.push_back(
         {"static-pool",
@@ -345,14 +346,14 @@ std::string mindspore_set_memory(std::size_t init_bytes, std::size_t max_bytes) 
   return s + ", max_size=\"" + gb(max_bytes) + "\")";
 }
 
-StaticPoolSize advised_static_pool(const Trace& trace, double margin) {
+StaticPoolSize advised_static_pool(const Trace& trace, double margin, std::size_t device_capacity) {
   using detail::ceil_mib;
   using detail::kMiB;
   const Blocks blocks = match_blocks(trace);
   const std::size_t peak_live = peak_live_bytes(trace, blocks);
   if (peak_live == 0) return {};
   auto check = [&](std::size_t mib) {
-    return detail::replay_config(trace, detail::static_config(mib));
+    return detail::replay_config(trace, detail::static_config(mib), device_capacity);
   };
   // Below the peak live bytes nothing fits; the best-fit simulation is the first guess.
   std::size_t low = std::max<std::size_t>(1, ceil_mib(peak_live));

@@ -28,8 +28,9 @@ void find_steps(State& state, Analysis& a, const AnalyzeOptions& options);
 void break_down_reserved(const State& state, Analysis& a);
 void advise(const State& state, Analysis& a, const AnalyzeOptions& options);
 
-/// The trace replayed through the allocator `config` builds (touch off).
-AdviceCheck replay_config(const Trace& trace, const std::string& config);
+/// The trace replayed through the allocator `config` builds (touch off), on replay_device.
+AdviceCheck replay_config(const Trace& trace, const std::string& config,
+                          std::size_t device_capacity);
 /// "strategy:static,static_pool_mb:MIB".
 std::string static_config(std::size_t mib);
 

@@ -23,14 +23,16 @@ std::string to_text(const Analysis& a) {
   line(fmt::format("  allocated {} in {:.3f} s: {:.0f} allocs/s, {}/s",
                    format_bytes(a.bytes_allocated), a.duration_s, a.allocs_per_s,
                    format_bytes(static_cast<std::size_t>(a.bytes_per_s))));
-  line(fmt::format(
-      "  peak live {} at event {} ({:.3f} s from the first event){}", format_bytes(a.peak_live),
-      a.peak_live_event, static_cast<double>(a.peak_live_time_ns) * 1e-9,
-      a.peak_reserved ? fmt::format(", peak reserved {}", format_bytes(*a.peak_reserved))
-                      : std::string(", reserved unknown")));
+  line(fmt::format("  peak live {}{} at event {} ({:.3f} s from the first event){}",
+                   format_bytes(a.peak_live), a.snapshot ? " (requested bytes)" : "",
+                   a.peak_live_event, static_cast<double>(a.peak_live_time_ns) * 1e-9,
+                   a.peak_reserved
+                       ? fmt::format(", peak reserved {}", format_bytes(*a.peak_reserved))
+                       : std::string(", reserved unknown")));
   if (a.never_freed > 0)
     line(fmt::format("  never freed: {} blocks, {}", a.never_freed,
                      format_bytes(a.never_freed_bytes)));
+  if (a.snapshot) out += pools_text(*a.snapshot);
   line(fmt::format("  distinct sizes {}; histogram:", a.distinct_sizes));
   std::size_t max_count = 1;
   for (const SizeBin& b : a.histogram) max_count = std::max(max_count, b.count);
@@ -158,6 +160,31 @@ nlohmann::json to_json(const Analysis& a) {
   }
   j["advice"] = advice;
   j["skipped"] = a.skipped;
+  j["snapshot"] = nullptr;
+  if (a.snapshot) {
+    json pools = json::array();
+    for (const SnapshotPool& p : a.snapshot->pools)
+      pools.push_back({{"index", p.index},
+                       {"device", p.device},
+                       {"id", p.id},
+                       {"kind", p.kind},
+                       {"segments", p.segments},
+                       {"blocks", p.blocks},
+                       {"reserved", p.reserved},
+                       {"allocated", p.allocated},
+                       {"requested", p.requested},
+                       {"pending_free", p.pending_free},
+                       {"kv_cache", p.kv_cache},
+                       {"top_site", p.top_site},
+                       {"top_site_bytes", p.top_site_bytes}});
+    j["snapshot"] = {{"pools", pools},
+                     {"reserved", a.snapshot->reserved()},
+                     {"allocated", a.snapshot->allocated()},
+                     {"requested", a.snapshot->requested()},
+                     {"pending_free", a.snapshot->pending_free()},
+                     {"step_annotation", a.snapshot->step_annotation},
+                     {"step_marks", a.snapshot->step_marks}};
+  }
   return j;
 }
 

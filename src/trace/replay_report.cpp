@@ -36,6 +36,9 @@ ReplayReport run_replay(const ReplayRequest& request) {
   if (request.strategy == "config" && request.config.empty())
     throw InvalidInput("--strategy config needs --config STRING");
   if (!request.config.empty()) allocator_from_config(request.config);  // a bad string fails here
+  if (request.device_capacity > 0 && request.device_capacity < kMiB)
+    throw InvalidInput(
+        fmt::format("device memory {} is below 1 MiB", format_bytes(request.device_capacity)));
   check_repeat(request.options.repeat);
 
   ReplayReport report;
@@ -51,18 +54,30 @@ ReplayReport run_replay(const ReplayRequest& request) {
 
   bool needs_static_size = false;
   for (const auto* s : chosen) needs_static_size = needs_static_size || s->name == "static";
-  if (needs_static_size) report.static_pool_bytes = advised_static_pool(t).advised_bytes;
+  if (needs_static_size)
+    report.static_pool_bytes = advised_static_pool(t, 0.10, request.device_capacity).advised_bytes;
   bool has_marks = false;
   for (const TraceEvent& e : t.events) has_marks = has_marks || e.kind == alloc::EventKind::kMark;
   StrategyContext context{t, report.static_pool_bytes, has_marks};
+  ReplayOptions options = request.options;
+  if (t.snapshot) {
+    // A snapshot's blocks lie in its accelerator's memory, simulated here: never touched.
+    context.device = [&t, capacity = request.device_capacity] {
+      return replay_device(t, capacity);
+    };
+    report.device = replay_device_text(t, request.device_capacity);
+    options.touch = false;
+  }
 
   auto run = [&](const std::string& name, alloc::Allocator& allocator) {
-    ReplayResult r = replay(t, allocator, request.options);
+    ReplayResult r = replay(t, allocator, options);
     r.strategy = name;
     report.results.push_back(std::move(r));
   };
   for (const auto* s : chosen) run(s->name, *s->make(context));
-  if (!request.config.empty()) run("config", *allocator_from_config(request.config));
+  if (!request.config.empty())
+    run("config",
+        *allocator_from_config(request.config, context.device ? context.device() : nullptr));
   report.peak_live = peak_live_bytes(t, match_blocks(t));
   return report;
 }
@@ -77,6 +92,7 @@ std::string to_text(const ReplayReport& report) {
     out += fmt::format("{:<20} {:>13} {:>13} {:>8.2f} {:>6.2f} {:>8} {:>10.0f} {:>10.0f} {:>5}\n",
                        r.strategy, mib(r.peak_reserved), mib(r.peak_live), r.reserved_per_live(),
                        r.fragmentation_at_peak, r.device_calls, r.mean_ns, r.p99_ns, r.ooms);
+  if (!report.device.empty()) out += fmt::format("note: {}\n", report.device);
   for (const auto& n : report.notes) out += fmt::format("note: {}\n", n);
   for (const auto& r : report.results)
     for (const auto& n : r.notes) out += fmt::format("note ({}): {}\n", r.strategy, n);

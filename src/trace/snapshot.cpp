@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,7 +57,35 @@ struct Live {
   std::string site;
 };
 
-constexpr std::size_t kMaxFramesScanned = 64;
+// A pool: (device, segment_pool_id); has_id false where the file has no segment_pool_id.
+struct PoolKey {
+  std::uint32_t device = 0;
+  bool has_id = false;
+  std::int64_t first = 0, second = 0;
+  auto operator<=>(const PoolKey&) const = default;
+};
+
+struct PoolTally {
+  SnapshotPool pool;
+  std::map<std::string, std::size_t> site_bytes;
+};
+
+struct Site {
+  std::string label;
+  bool kv_cache = false;
+};
+
+struct Annotation {
+  std::string name;
+  bool start = false;
+  std::uint32_t device = 0;
+  double time_us = 0;
+};
+
+// Stacks recorded with C++ frames ("all") put 20-30 frames of PyTorch and the interpreter
+// before the program's; a spawned worker's stack holds well over 100.
+constexpr std::size_t kMaxFramesScanned = 256;
+constexpr std::size_t kMaxFunctionChars = 100;
 
 class Converter {
  public:
@@ -79,6 +108,9 @@ class Converter {
     }
     if (segments) read_segments(*segments);
     if (traces) read_traces(*traces);
+    if (root.kind == Kind::kDict)
+      if (auto annotations = doc_.get_id(doc_.root, "external_annotations"))
+        read_annotations(*annotations);
     return build(traces.has_value());
   }
 
@@ -119,8 +151,10 @@ class Converter {
     return n != nullptr && n->kind == Kind::kStr ? n->s : std::string();
   }
 
-  // The innermost frame outside PyTorch's own files, as "file.py:LINE function".
-  std::string site_of(Id d, const std::string& where) {
+  // The innermost frame of the program (not PyTorch's, the runtime's or the interpreter's:
+  // is_runtime_frame), as "file.py:LINE function"; when there is none, the innermost frame
+  // with a file.
+  Site site_of(Id d, const std::string& where) {
     auto frames = doc_.get_id(d, "frames");
     if (!frames) return {};
     const Node& fl = doc_.node(*frames);
@@ -130,13 +164,17 @@ class Converter {
       spend(where);
       Id f = fl.items[i];
       if (doc_.node(f).kind != Kind::kDict) continue;
-      std::string file = str_field(f, "filename");
-      if (file.empty() || file == "??") continue;
+      const std::string file = str_field(f, "filename");
+      const std::string function = str_field(f, "name");
+      const bool runtime = is_runtime_frame(file, function);
+      if (runtime && (!first.empty() || file.empty() || file == "??")) continue;
       const Node* line = doc_.get(f, "line");
       auto ln = line ? pickle::as_int(*line) : std::nullopt;
-      std::string base =
-          file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1);
-      std::string text = fmt::format("{}:{} {}", base, ln.value_or(0), str_field(f, "name"));
+      const std::size_t slash = file.find_last_of("/\\");
+      std::string text = fmt::format(
+          "{}:{} {}", file.substr(slash == std::string::npos ? 0 : slash + 1), ln.value_or(0),
+          function.size() > kMaxFunctionChars ? function.substr(0, kMaxFunctionChars) + "..."
+                                              : function);
       // Labels go into CSV fields and JSON: printable ASCII only, no commas.
       for (char& c : text)
         if (c == ',' || static_cast<unsigned char>(c) < 0x20 ||
@@ -146,11 +184,25 @@ class Converter {
       while (!text.empty() && text.back() == ' ') text.pop_back();
       text.erase(0, text.find_first_not_of(' ') == std::string::npos ? text.size()
                                                                      : text.find_first_not_of(' '));
-      const bool in_torch = file.find("/torch/") != std::string::npos || file.starts_with("torch/");
-      if (!in_torch) return text;
-      if (first.empty()) first = std::move(text);
+      if (!runtime) return {std::move(text), is_kv_cache_site(file, function)};
+      first = std::move(text);
     }
-    return first;
+    return {std::move(first), false};
+  }
+
+  // segment_pool_id: a pair of ints ((0, 0) the default pool); absent in files before 2.1.
+  PoolKey pool_key(Id seg, std::uint32_t device, const std::string& where) {
+    PoolKey key{device, false, 0, 0};
+    const Node* id = doc_.get(seg, "segment_pool_id");
+    if (id == nullptr || id->kind == Kind::kNone) return key;
+    std::optional<std::int64_t> a, b;
+    if ((id->kind == Kind::kList || id->kind == Kind::kTuple) && id->items.size() == 2) {
+      a = pickle::as_int(doc_.node(id->items[0]));
+      b = pickle::as_int(doc_.node(id->items[1]));
+    }
+    if (!a || !b) fail(where, "'segment_pool_id' is not a pair of ints");
+    has_pool_ids_ = true;
+    return PoolKey{device, true, *a, *b};
   }
 
   void read_segments(Id id) {
@@ -166,7 +218,12 @@ class Converter {
           static_cast<std::uint32_t>(uint_field(seg, "device", where, false).value_or(0));
       const std::uint64_t stream = uint_field(seg, "stream", where, false).value_or(0);
       if (total == 0) fail(where, "total_size 0");
+      const PoolKey key = pool_key(seg, device, where);
       end_segments_[address] = Live{total, device, stream, {}};
+      segment_pool_[address] = key;
+      PoolTally& tally = pools_[key];
+      ++tally.pool.segments;
+      tally.pool.reserved += total;
       auto blocks = doc_.get_id(seg, "blocks");
       if (!blocks) continue;
       const Node& bl = list(*blocks, where + ".blocks");
@@ -177,13 +234,31 @@ class Converter {
         Id blk = bl.items[b];
         dict(blk, bw);
         const std::uint64_t size = *uint_field(blk, "size", bw, true);
-        const std::uint64_t at = uint_field(blk, "address", bw, false).value_or(offset);
-        offset = at + size;
-        if (str_field(blk, "state") == "active_allocated" && size > 0) {
+        // PyTorch 2.0 keeps the address and the frames in the block's last 'history' entry.
+        Id frames_of = blk;
+        std::optional<std::uint64_t> at = uint_field(blk, "address", bw, false);
+        if (auto history = doc_.get_id(blk, "history")) {
+          const Node& hl = list(*history, bw + ".history");
+          if (!hl.items.empty() && doc_.node(hl.items.back()).kind == Kind::kDict) {
+            frames_of = hl.items.back();
+            if (!at) at = uint_field(frames_of, "addr", bw + ".history", false);
+          }
+        }
+        const std::uint64_t start = at.value_or(offset);
+        offset = start + size;
+        const std::string state = str_field(blk, "state");
+        if (state == "active_pending_free") tally.pool.pending_free += size;
+        if (state == "active_allocated" && size > 0) {
           const std::uint64_t requested =
               uint_field(blk, "requested_size", bw, false).value_or(size);
-          end_blocks_[at] =
-              Live{requested > 0 ? requested : size, device, stream, site_of(blk, bw)};
+          Site site = site_of(frames_of, bw);
+          ++tally.pool.blocks;
+          tally.pool.allocated += size;
+          tally.pool.requested += requested > 0 ? requested : size;
+          if (site.kv_cache) tally.pool.kv_cache += size;
+          if (!site.label.empty()) tally.site_bytes[site.label] += size;
+          end_blocks_[start] =
+              Live{requested > 0 ? requested : size, device, stream, std::move(site.label)};
         }
       }
     }
@@ -240,11 +315,96 @@ class Converter {
             fail(where, "'time_us' is not a time in microseconds");
           entry.time_us = *v;
         }
-        if (entry.action == Action::kAlloc) entry.label = site_of(e, where);
+        if (entry.action == Action::kAlloc) entry.label = site_of(e, where).label;
         if (mark) entry.label = a;
         entries_.push_back(std::move(entry));
       }
     }
+  }
+
+  // Profiler record_function marks: {name, stage START|END, device, time_us}.
+  void read_annotations(Id id) {
+    const Node& items = list(id, "external_annotations");
+    for (std::size_t i = 0; i < items.items.size(); ++i) {
+      const std::string where = fmt::format("external_annotations[{}]", i);
+      spend(where);
+      Id a = items.items[i];
+      dict(a, where);
+      Annotation annotation;
+      annotation.name = core::printable(str_field(a, "name"), 80);
+      const std::string stage = str_field(a, "stage");
+      const Node* t = doc_.get(a, "time_us");
+      auto time = t != nullptr ? pickle::as_number(*t) : std::nullopt;
+      if ((stage != "START" && stage != "END") || !time || !std::isfinite(*time) || *time < 0 ||
+          *time > 1.8e16) {
+        if (strict_) fail(where, "not a START or END mark with a time_us");
+        ++skipped_annotations_;
+        continue;
+      }
+      annotation.start = stage == "START";
+      annotation.device =
+          static_cast<std::uint32_t>(uint_field(a, "device", where, false).value_or(0));
+      annotation.time_us = *time;
+      annotations_.push_back(std::move(annotation));
+    }
+  }
+
+  // The annotation that repeats becomes the step: ProfilerStep#N (one name per step; its END
+  // ends the step) first, else the name started most often (the earliest on a tie). A step
+  // begins at each of its STARTs.
+  void add_step_marks(std::vector<std::string>& warnings) {
+    if (annotations_.empty()) return;
+    auto key = [](const std::string& name) {
+      return name.starts_with("ProfilerStep#") ? std::string("ProfilerStep#") : name;
+    };
+    std::map<std::string, std::pair<std::size_t, double>> starts;  // key -> count, first time
+    for (const Annotation& a : annotations_) {
+      if (!a.start) continue;
+      auto [it, fresh] = starts.try_emplace(key(a.name), 0, a.time_us);
+      ++it->second.first;
+      it->second.second = std::min(it->second.second, a.time_us);
+    }
+    std::string chosen;
+    std::pair<std::size_t, double> best{0, 0};
+    for (const auto& [k, v] : starts) {
+      if (v.first < 2) continue;
+      const bool better =
+          chosen.empty() || (k == "ProfilerStep#") ||
+          (chosen != "ProfilerStep#" &&
+           (v.first > best.first || (v.first == best.first && v.second < best.second)));
+      if (better) {
+        chosen = k;
+        best = v;
+      }
+    }
+    if (chosen.empty()) {
+      warnings.push_back(
+          fmt::format("{}: {} external annotation(s), none started twice: no step marks from them",
+                      name_, annotations_.size()));
+      return;
+    }
+    for (const Entry& e : entries_)
+      if (!e.time_us) {
+        warnings.push_back(fmt::format(
+            "{}: external annotations not used as steps: the events have no time_us", name_));
+        return;
+      }
+    const bool profiler_step = chosen == "ProfilerStep#";
+    for (const Annotation& a : annotations_) {
+      if (key(a.name) != chosen || (!a.start && !profiler_step)) continue;
+      Entry mark;
+      mark.action = Action::kMark;
+      mark.device = a.device;
+      mark.time_us = a.time_us;
+      mark.label = a.start ? "step_begin" : "step_end";
+      entries_.push_back(std::move(mark));
+    }
+    step_annotation_ = chosen;
+    step_marks_ = best.first;
+    warnings.push_back(fmt::format(
+        "{}: steps marked at each START of the profiler annotation '{}' ({} of {} external "
+        "annotations)",
+        name_, chosen, best.first, annotations_.size()));
   }
 
   // free_completed right after its free_requested is the same free; keep one.
@@ -268,6 +428,13 @@ class Converter {
   Trace build(bool had_traces) {
     Trace trace;
     trace.name = name_;
+    const bool recorded = std::any_of(entries_.begin(), entries_.end(),
+                                      [](const Entry& e) { return e.action != Action::kMark; });
+    add_step_marks(trace.warnings);
+    if (skipped_annotations_ > 0)
+      trace.warnings.push_back(fmt::format(
+          "{}: skipped {} external annotation(s) without a START/END stage and a time_us", name_,
+          skipped_annotations_));
     bool timed = true;
     for (const Entry& e : entries_) timed = timed && e.time_us.has_value();
     if (timed) {
@@ -275,13 +442,14 @@ class Converter {
                        [](const Entry& a, const Entry& b) { return *a.time_us < *b.time_us; });
     } else if (!entries_.empty()) {
       trace.warnings.push_back(fmt::format(
-          "{}: events without time_us (a torch_npu snapshot): kept in file order, 1 us apart; "
-          "rates and durations are not real",
+          "{}: events without time_us (torch_npu, or PyTorch before 2.1): kept in file order, "
+          "1 us apart; rates and durations are not real",
           name_));
       for (std::size_t i = 0; i < entries_.size(); ++i)
         entries_[i].time_us = static_cast<double>(i);
     }
     normalise_frees();
+    index_pools();
     // The state before the first event: the final state with the recorded events undone.
     std::map<std::uint64_t, Live> segs = end_segments_, blocks = end_blocks_;
     for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
@@ -295,17 +463,24 @@ class Converter {
     const std::uint64_t t0 =
         entries_.empty() ? 0 : static_cast<std::uint64_t>(*entries_.front().time_us * 1000.0);
     for (const auto& [addr, l] : segs)
-      trace.events.push_back(
-          {EventKind::kSegmentAlloc, t0, addr, l.size, l.stream, l.device, 0, {}, 0});
+      trace.events.push_back({EventKind::kSegmentAlloc,
+                              t0,
+                              addr,
+                              l.size,
+                              l.stream,
+                              pool_of(l.device, addr),
+                              0,
+                              {},
+                              0});
     for (const auto& [addr, l] : blocks)
       trace.events.push_back(
-          {EventKind::kAlloc, t0, addr, l.size, l.stream, l.device, 0, l.site, 0});
+          {EventKind::kAlloc, t0, addr, l.size, l.stream, pool_of(l.device, addr), 0, l.site, 0});
     if (had_traces && (!segs.empty() || !blocks.empty()))
       trace.warnings.push_back(fmt::format(
           "{}: {} segment(s) and {} live block(s) existed before the first recorded event; they "
           "are added at its start",
           name_, segs.size(), blocks.size()));
-    if (!had_traces || entries_.empty())
+    if (!had_traces || !recorded)
       trace.warnings.push_back(fmt::format(
           "{}: no recorded events (history was off): the trace is the state at the snapshot",
           name_));
@@ -341,14 +516,56 @@ class Converter {
       }
       const auto t = static_cast<std::uint64_t>(*e.time_us * 1000.0);
       const bool no_address = kind == EventKind::kOom || kind == EventKind::kMark;
-      trace.events.push_back({kind, t, no_address ? 0 : e.addr,
-                              kind == EventKind::kMark ? 0 : e.size, e.stream, e.device, 0, e.label,
-                              0});
+      trace.events.push_back(
+          {kind, t, no_address ? 0 : e.addr, kind == EventKind::kMark ? 0 : e.size, e.stream,
+           no_address ? pool_of(e.device, 0) : pool_of(e.device, e.addr), 0, e.label, 0});
     }
     for (const auto& [action, count] : skipped_actions_)
       trace.warnings.push_back(fmt::format("{}: skipped {} entr{} of unknown action '{}'", name_,
                                            count, count == 1 ? "y" : "ies", action));
+    trace.snapshot = state();
     return trace;
+  }
+
+  // Every pool a segment or an event names gets its number, in (device, pool id) order.
+  void index_pools() {
+    for (const Entry& e : entries_) pools_.try_emplace(default_pool(e.device));
+    std::size_t index = 0;
+    for (auto& [key, tally] : pools_) tally.pool.index = index++;
+  }
+  PoolKey default_pool(std::uint32_t device) const { return PoolKey{device, has_pool_ids_, 0, 0}; }
+  // The pool of the segment holding `addr` at the snapshot, else the device's default pool.
+  std::uint32_t pool_of(std::uint32_t device, std::uint64_t addr) const {
+    auto it = end_segments_.upper_bound(addr);
+    if (it != end_segments_.begin()) {
+      --it;
+      if (it->second.device == device && addr - it->first < it->second.size)
+        return static_cast<std::uint32_t>(pools_.at(segment_pool_.at(it->first)).pool.index);
+    }
+    auto def = pools_.find(default_pool(device));
+    return def == pools_.end() ? 0 : static_cast<std::uint32_t>(def->second.pool.index);
+  }
+
+  std::shared_ptr<const SnapshotState> state() const {
+    auto out = std::make_shared<SnapshotState>();
+    for (const auto& [key, tally] : pools_) {
+      SnapshotPool p = tally.pool;
+      p.device = key.device;
+      if (key.has_id) p.id = fmt::format("({},{})", key.first, key.second);
+      p.kind = p.allocated > 0 && 2 * p.kv_cache > p.allocated ? "KV cache"
+               : key.first == 0 && key.second == 0             ? "default"
+                                                               : "private";
+      for (const auto& [site, bytes] : tally.site_bytes)
+        if (bytes > p.top_site_bytes) {
+          p.top_site = site;
+          p.top_site_bytes = bytes;
+        }
+      out->pools.push_back(std::move(p));
+    }
+    out->step_annotation = step_annotation_;
+    out->step_marks = step_marks_;
+    out->annotations = annotations_.size();
+    return out;
   }
 
   const Document& doc_;
@@ -356,6 +573,13 @@ class Converter {
   std::size_t budget_;
   bool strict_;
   std::map<std::uint64_t, Live> end_segments_, end_blocks_;
+  std::map<std::uint64_t, PoolKey> segment_pool_;  // segment address -> its pool
+  std::map<PoolKey, PoolTally> pools_;
+  bool has_pool_ids_ = false;
+  std::vector<Annotation> annotations_;
+  std::size_t skipped_annotations_ = 0;
+  std::string step_annotation_;
+  std::size_t step_marks_ = 0;
   std::vector<Entry> entries_;
   std::map<std::string, std::size_t> skipped_actions_;
 };

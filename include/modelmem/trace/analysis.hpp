@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,6 +122,8 @@ struct Analysis {
   // Diagnosis.
   std::vector<Advice> advice;
   std::vector<std::string> skipped;  ///< what reading and matching skipped, one line each
+  /// A memory snapshot's pools and PyTorch's totals at the snapshot (Trace::snapshot).
+  std::shared_ptr<const SnapshotState> snapshot;
 };
 
 /// The steps of a trace as analyze() finds them: the marked steps (step_begin / step_end), else
@@ -145,6 +148,9 @@ struct AnalyzeOptions {
   bool check_advice = true;
   /// Added to a replayed size for inputs the trace does not hold.
   double margin = 0.10;
+  /// A snapshot's replays run on its device, simulated with this capacity (`--device-memory`;
+  /// 0: not stated, see replay_device in replay.hpp).
+  std::size_t device_capacity = 0;
 };
 
 Analysis analyze(const Trace& trace, const AnalyzeOptions& options = {});
@@ -175,7 +181,9 @@ struct StaticPoolSize {
   std::size_t advised_bytes = 0;
   AdviceCheck check;
 };
-StaticPoolSize advised_static_pool(const Trace& trace, double margin = 0.10);
+/// A snapshot's replays run on its simulated device of `device_capacity` (replay_device).
+StaticPoolSize advised_static_pool(const Trace& trace, double margin = 0.10,
+                                   std::size_t device_capacity = 0);
 
 /// `mindspore.runtime.set_memory(init_size="A", increase_size="B", max_size="C")` for a pool
 /// of `init_bytes` that may grow once to `max_bytes` (whole MiB each): A = init_bytes, C =

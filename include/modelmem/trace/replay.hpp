@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "modelmem/alloc/allocator.hpp"
+#include "modelmem/device/device.hpp"
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
@@ -57,11 +58,26 @@ struct ReplayResult {
 ReplayResult replay(const Trace& trace, alloc::Allocator& allocator,
                     const ReplayOptions& options = {});
 
+/// A device for one replay of `trace`: for a memory snapshot (Trace::snapshot), the snapshot's
+/// accelerator simulated (device::make_simulated_device, named "snapshot:0": addresses only, no
+/// memory of this machine) with `capacity` bytes, or, when 0 (the snapshot does not record its
+/// device's memory), unstated_capacity(trace); nullptr for other traces (host memory, as they
+/// were recorded). Each call gives a fresh device, so one replay's use never counts in another.
+device::DevicePtr replay_device(const Trace& trace, std::size_t capacity);
+/// The capacity of a snapshot's simulated device when none is stated: not a limit, so the
+/// replays show what each strategy would take (1 TiB, or 4 times the snapshot's reserved bytes
+/// when that is more).
+std::size_t unstated_capacity(const Trace& trace);
+/// One line saying where replays of `trace` run ("" for a trace replayed on host memory).
+std::string replay_device_text(const Trace& trace, std::size_t capacity);
+
 /// What a replay strategy may use to size itself.
 struct StrategyContext {
   const Trace& trace;
   std::size_t static_pool_bytes = 0;  ///< analyze's static-pool recommendation for the trace
   bool has_marks = false;
+  /// Makes the device a strategy's allocator sits on (replay_device); empty: host memory.
+  std::function<device::DevicePtr()> device = {};
 };
 
 /// A strategy `modelmem replay` knows by name. Adding one is one entry in replay_strategies().
@@ -81,6 +97,9 @@ struct ReplayRequest {
   /// `--strategy NAME --config STR` compares the two); "config" alone needs it.
   std::string config;
   ReplayOptions options;
+  /// The memory of the device a snapshot's replays simulate (`--device-memory`); 0: not stated
+  /// (replay_device). Memory is then never touched (the device's is not this machine's).
+  std::size_t device_capacity = 0;
 };
 
 /// What `modelmem replay` shows: the trace, one result per strategy replayed, and notes on how
@@ -92,6 +111,7 @@ struct ReplayReport {
   std::size_t static_pool_bytes = 0;  ///< the size the strategy "static" was given
   std::vector<std::string> warnings;  ///< what reading the trace skipped or found odd
   std::vector<std::string> notes;     ///< about the request
+  std::string device;                 ///< replay_device_text ("" on host memory)
   std::vector<ReplayResult> results;
 };
 
@@ -107,6 +127,8 @@ nlohmann::json to_json(const ReplayReport& report);
 /// The allocator a config string builds (config::build), for `replay --config`, with
 /// config::for_replay's settings where the string gives none (a step mark waits for its plan,
 /// nothing goes back by age). Throws InvalidInput naming the key for a bad string.
-std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config);
+/// With `device`, the stack is built on it (config::build(config, device)); nullptr = host.
+std::shared_ptr<alloc::Allocator> allocator_from_config(const std::string& config,
+                                                        device::DevicePtr device = nullptr);
 
 }  // namespace modelmem::trace

@@ -14,13 +14,19 @@
 //   Segments and live blocks that existed before the first recorded event (the history is a
 //   bounded ring) are worked out backwards from the final state and appear as segment_alloc /
 //   alloc events at the start, so reserved and live memory are right from the first event.
-//   A block's allocation site (its innermost frame outside PyTorch's own files, as
-//   "file.py:LINE function") becomes the label of its alloc event; allocation_sites() ranks them.
-//   Events of device D have pool D; devices are merged by time_us (or listed one after the other
-//   without it, at 1 us per event, with a warning).
+//   A block's allocation site (its innermost frame of the program: not PyTorch's, the C++
+//   runtime's or the interpreter's, as "file.py:LINE function") becomes the label of its alloc
+//   event; allocation_sites() ranks them.
+//   Pools: each (device, segment_pool_id) is one pool (SnapshotState), numbered in that order;
+//   an event has the pool of the segment holding its address at the snapshot, else its device's
+//   default pool. Devices are merged by time_us (or listed one after the other without it, at
+//   1 us per event, with a warning).
+//   external_annotations (profiler record_function START/END marks) become step_begin marks at
+//   each START of the annotation that repeats (ProfilerStep#N first, else the most frequent).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -29,6 +35,51 @@
 #include "modelmem/trace/trace.hpp"
 
 namespace modelmem::trace {
+
+/// One pool of a snapshot at the moment it was taken, counted as PyTorch counts it: reserved =
+/// the segments' total_size, allocated = the size of the active_allocated blocks (rounded by the
+/// allocator: torch.cuda.memory_allocated), requested = their requested_size (what the program
+/// asked for; the trace's alloc events and live figures count these).
+struct SnapshotPool {
+  std::size_t index = 0;     ///< the pool number its events carry (TraceEvent::pool)
+  std::uint32_t device = 0;  ///< the segments' device
+  std::string id;            ///< segment_pool_id as "(0,2)"; "" where the file has none
+  /// "default" (id (0,0) or none), "private" (a MemPool or a CUDA graph's pool), or "KV cache"
+  /// when allocation sites of a KV cache (is_kv_cache_site) hold most of its allocated bytes.
+  std::string kind;
+  std::size_t segments = 0;
+  std::size_t blocks = 0;  ///< active_allocated blocks
+  std::size_t reserved = 0;
+  std::size_t allocated = 0;
+  std::size_t requested = 0;
+  std::size_t pending_free = 0;  ///< active_pending_free blocks: freed, waiting for their streams
+  std::size_t kv_cache = 0;      ///< allocated bytes at KV-cache sites
+  std::string top_site;          ///< the site holding most of its allocated bytes ("" = none)
+  std::size_t top_site_bytes = 0;
+};
+
+/// What a snapshot says beside its events.
+struct SnapshotState {
+  std::vector<SnapshotPool> pools;  ///< by index
+  std::size_t reserved() const;
+  std::size_t allocated() const;
+  std::size_t requested() const;
+  std::size_t pending_free() const;
+  /// The external annotation whose STARTs became step marks, and how many there were ("" and
+  /// 0 when the file has none that repeats).
+  std::string step_annotation;
+  std::size_t step_marks = 0;
+  std::size_t annotations = 0;  ///< external_annotations entries read
+};
+
+/// True for a stack frame of PyTorch (torch/, torch_npu/), of Python's standard library
+/// (lib/python3.X/), of the C++ runtime and the interpreter (c10::, at::, torch::, std::, Py*,
+/// __libc*, ...), or of unknown code ("??", "",
+/// "<built-in>"): frames an allocation site skips. `file` may use / or \\.
+bool is_runtime_frame(std::string_view file, std::string_view function);
+/// True for a frame that allocates a KV cache (vLLM's cache engine and kv_cache tensors,
+/// SGLang's mem_cache pools, transformers' cache_utils).
+bool is_kv_cache_site(std::string_view file, std::string_view function);
 
 /// Converts snapshot bytes. Throws InvalidInput naming the file (and the byte offset for a
 /// malformed or refused pickle, the entry for a wrong layout).
@@ -51,5 +102,9 @@ struct AllocationSite {
 std::vector<AllocationSite> allocation_sites(const Trace& trace, std::size_t top = 10);
 /// "allocation sites" lines for `modelmem analyze` ("" when no alloc event has a label).
 std::string sites_text(const std::vector<AllocationSite>& sites);
+
+/// The pools of a snapshot as `modelmem analyze` shows them, one line each and the total,
+/// allocated against requested bytes said apart ("" for a trace that is not a snapshot).
+std::string pools_text(const SnapshotState& state);
 
 }  // namespace modelmem::trace

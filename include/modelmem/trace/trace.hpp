@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 namespace modelmem::trace {
 
 class Recorder;
+struct SnapshotState;
 
 struct TraceEvent {
   alloc::EventKind kind = alloc::EventKind::kAlloc;
@@ -41,6 +43,9 @@ struct Trace {
   /// Where the events came from when not a modelmem trace: "mindspore" for MindSpore's memory
   /// tracker (memory_block.csv); empty otherwise.
   std::string format;
+  /// For a PyTorch / torch_npu memory snapshot: its pools and PyTorch's own totals at the moment
+  /// it was taken (trace/snapshot.hpp); null for other traces.
+  std::shared_ptr<const SnapshotState> snapshot;
 };
 
 struct ReadOptions {
