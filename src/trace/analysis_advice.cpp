@@ -288,9 +288,11 @@ void advise_static_pool(const State& state, Analysis& a, const AnalyzeOptions& o
       "static-pool",
       fmt::format("A static pool (strategy:static, best fit) needs {} MiB to replay this trace "
                   "with no OOM (peak live {}, the simulated best-fit pool {}); with a {}% "
-                  "margin for inputs not in the trace: {} MiB ({})",
+                  "margin for inputs not in the trace: {} MiB{} ({})",
                   need, format_bytes(a.peak_live), format_bytes(a.best_fit_pool), margin_pct,
-                  advised, checked_text(check)),
+                  advised,
+                  size.cut_to_device ? ", all the device holds (the margin cut to fit)" : "",
+                  checked_text(check)),
       static_config(advised), check};
   add_mindspore(state, advice, size.need_bytes, size.advised_bytes, margin_pct, true);
   a.advice.push_back(std::move(advice));
@@ -374,6 +376,14 @@ StaticPoolSize advised_static_pool(const Trace& trace, double margin, std::size_
   std::size_t advised = ceil_mib(checked_add(
       size.need_bytes, static_cast<std::size_t>(margin * static_cast<double>(size.need_bytes)),
       "static pool size"));
+  // A stated device bounds the margin: the largest whole MiB it holds, when the need fits.
+  if (auto device = replay_device(trace, device_capacity)) {
+    const std::size_t fits = device->memory_info().total / kMiB;
+    if (advised > fits && fits >= high) {
+      advised = fits;
+      size.cut_to_device = true;
+    }
+  }
   size.check = check(advised);
   while (size.check.ooms > 0) {  // a larger best-fit pool can place blocks differently
     ++advised;

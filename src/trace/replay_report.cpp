@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/trace/analysis.hpp"
@@ -54,8 +55,15 @@ ReplayReport run_replay(const ReplayRequest& request) {
 
   bool needs_static_size = false;
   for (const auto* s : chosen) needs_static_size = needs_static_size || s->name == "static";
-  if (needs_static_size)
-    report.static_pool_bytes = advised_static_pool(t, 0.10, request.device_capacity).advised_bytes;
+  if (needs_static_size) {
+    try {
+      report.static_pool_bytes =
+          advised_static_pool(t, 0.10, request.device_capacity).advised_bytes;
+    } catch (const InvalidInput& e) {  // no static pool fits the stated device: the rest runs
+      report.notes.push_back(fmt::format("static not replayed: {}", e.what()));
+      std::erase_if(chosen, [](const ReplayStrategy* s) { return s->name == "static"; });
+    }
+  }
   bool has_marks = false;
   for (const TraceEvent& e : t.events) has_marks = has_marks || e.kind == alloc::EventKind::kMark;
   StrategyContext context{t, report.static_pool_bytes, has_marks};

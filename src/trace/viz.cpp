@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "modelmem/trace/export.hpp"
+#include "modelmem/trace/snapshot.hpp"
 
 namespace modelmem::trace {
 
@@ -76,7 +77,7 @@ function drawMem(){const g=mem.getContext('2d');g.clearRect(0,0,mem.width,mem.he
    g.beginPath();let prev=0,first=true;for(const p of s.points){const x=sx(mem,X(p[0],p[1]));
     if(first){g.moveTo(x,y(p[col]));first=false;}else{g.lineTo(x,y(prev));g.lineTo(x,y(p[col]));}
     prev=p[col];}g.stroke();}
-  g.setLineDash([]);g.fillStyle=colors[k%colors.length];g.fillText('pool '+s.pool,mem.width-60,14+12*k);});
+  g.setLineDash([]);g.fillStyle=colors[k%colors.length];g.fillText(s.name,mem.width-g.measureText(s.name).width-8,14+12*k);});
  g.strokeStyle='#aaa';for(const m of DATA.marks){const x=sx(mem,X(m[0],m[1]));if(x<L)continue;
   g.beginPath();g.moveTo(x,20);g.lineTo(x,mem.height-20);g.stroke();}
  g.fillStyle='#d00';for(const o of DATA.ooms){const x=sx(mem,X(o[0],o[1]));g.fillRect(x-2,20,4,8);}}
@@ -111,7 +112,7 @@ window.addEventListener('mousemove',e=>{if(drag){const c=drag.c,d=(e.offsetX-dra
  else if(e.target===mem){const x=ix(mem,e.offsetX);let lines=[useTime?fmtT(x):'event '+Math.round(x)];
   for(const s of DATA.series){let lo=0,hi=s.points.length-1,best=-1;while(lo<=hi){const m=(lo+hi)>>1;
    if(X(s.points[m][0],s.points[m][1])<=x){best=m;lo=m+1;}else hi=m-1;}
-   if(best>=0)lines.push('pool '+s.pool+': allocated '+fmtB(s.points[best][2])+(DATA.has_reserved?', reserved '+fmtB(s.points[best][3]):''));}
+   if(best>=0)lines.push(s.name+': allocated '+fmtB(s.points[best][2])+(DATA.has_reserved?', reserved '+fmtB(s.points[best][3]):''));}
   showTip(e,lines.join('\n'));}else showTip(e,null);});
 $('mode').addEventListener('click',()=>{useTime=!useTime;$('mode').textContent='x axis: '+(useTime?'time':'event index');
  view=extent();draw();});
@@ -123,6 +124,17 @@ document.body.setAttribute('data-rendered','1');
 })();
 </script></body></html>
 )HTML";
+
+// "pool 2", and for a snapshot's pool its id and kind: "pool 2 (0,2) KV cache".
+std::string pool_name(const Trace& trace, std::uint32_t pool) {
+  std::string name = "pool " + std::to_string(pool);
+  if (trace.snapshot && pool < trace.snapshot->pools.size()) {
+    const SnapshotPool& p = trace.snapshot->pools[pool];
+    if (!p.id.empty()) name += " " + p.id;
+    name += " " + p.kind;
+  }
+  return name;
+}
 
 }  // namespace
 
@@ -138,7 +150,8 @@ void write_viz_html(const Trace& trace, std::ostream& out, const VizOptions& opt
   std::map<std::uint32_t, json> per_pool;
   for (const MemoryPoint& p : series) {
     json& s = per_pool[p.pool];
-    if (s.is_null()) s = {{"pool", p.pool}, {"points", json::array()}};
+    if (s.is_null())
+      s = {{"pool", p.pool}, {"name", pool_name(trace, p.pool)}, {"points", json::array()}};
     s["points"].push_back({rel(p.time_ns), p.event, p.allocated, p.reserved});
   }
   json series_json = json::array();

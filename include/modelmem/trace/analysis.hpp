@@ -180,8 +180,11 @@ struct StaticPoolSize {
   std::size_t need_bytes = 0;
   std::size_t advised_bytes = 0;
   AdviceCheck check;
+  /// The margin was cut so that the pool fits the snapshot's device (`device_capacity`).
+  bool cut_to_device = false;
 };
-/// A snapshot's replays run on its simulated device of `device_capacity` (replay_device).
+/// A snapshot's replays run on its simulated device of `device_capacity` (replay_device); the
+/// margin is cut where the advised pool would not fit it.
 StaticPoolSize advised_static_pool(const Trace& trace, double margin = 0.10,
                                    std::size_t device_capacity = 0);
 
