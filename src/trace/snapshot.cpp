@@ -402,9 +402,10 @@ class Converter {
     step_annotation_ = chosen;
     step_marks_ = best.first;
     warnings.push_back(fmt::format(
-        "{}: steps marked at each START of the profiler annotation '{}' ({} of {} external "
-        "annotations)",
-        name_, chosen, best.first, annotations_.size()));
+        "{}: steps marked {} ({} of {} external annotations)", name_,
+        profiler_step ? "from START to END of the profiler's ProfilerStep#N annotations"
+                      : fmt::format("at each START of the profiler annotation '{}'", chosen),
+        best.first, annotations_.size()));
   }
 
   // free_completed right after its free_requested is the same free; keep one.

@@ -75,6 +75,62 @@ def cuda_snapshot(timed=True, npu=False):
     return snap
 
 
+C = 0x7F0100000000  # a segment of the KV-cache pool (0, 1)
+CPP = [  # the C++ frames PyTorch 2.x records before the Python ones (context "all")
+    {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+    {"filename": "memory_snapshot.cpp", "line": 0,
+     "name": "torch::cuda::(anonymous namespace)::gather_with_cpp()"},
+    {"filename": "", "line": 0,
+     "name": "at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>)"},
+    {"filename": "??", "line": 0, "name": "_PyEval_EvalFrameDefault"},
+    {"filename": "C:\\venv\\Lib\\site-packages\\torch\\nn\\modules\\module.py", "line": 1790,
+     "name": "_call_impl"},
+    {"filename": "/usr/lib/python3.10/copy.py", "line": 153, "name": "deepcopy"},
+]
+
+
+def pools_snapshot():
+    """Two pools (segment_pool_id), one a KV cache below C++ and PyTorch frames, a block freed
+    but waiting for its stream, and profiler annotations: three ProfilerStep#N and a repeating
+    zero_grad (ProfilerStep wins)."""
+    kv = CPP + frames(("/venv/vllm/worker/cache_engine.py", 83, "_allocate_kv_cache"))
+    weights = CPP + frames(("C:\\work\\train.py", 7, "build"))
+    segments = [
+        {"device": 0, "address": A, "total_size": 20 * MiB, "stream": 0,
+         "segment_pool_id": (0, 0), "segment_type": "large",
+         "blocks": [
+             {"address": A, "size": 2 * MiB, "requested_size": 2 * MiB - 100,
+              "state": "active_allocated", "frames": weights},
+             {"address": A + 2 * MiB, "size": MiB, "requested_size": MiB,
+              "state": "active_pending_free", "frames": []},
+             {"address": A + 3 * MiB, "size": 17 * MiB, "requested_size": 0, "state": "inactive",
+              "frames": []}]},
+        {"device": 0, "address": C, "total_size": 64 * MiB, "stream": 0,
+         "segment_pool_id": [0, 1], "segment_type": "large",
+         "blocks": [
+             {"address": C, "size": 64 * MiB, "requested_size": 64 * MiB,
+              "state": "active_allocated", "frames": kv}]},
+    ]
+    events, annotations = [], []
+    t = 1000
+    for step in range(3):
+        annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0,
+                            "time_us": t})
+        annotations.append({"name": "Optimizer.zero_grad#SGD.zero_grad", "stage": "START",
+                            "device": 0, "time_us": t + 1})
+        annotations.append({"name": "Optimizer.zero_grad#SGD.zero_grad", "stage": "END",
+                            "device": 0, "time_us": t + 2})
+        for k, (action, size) in enumerate([("alloc", 4 * MiB), ("free_requested", 4 * MiB),
+                                            ("free_completed", 4 * MiB)]):
+            events.append({"action": action, "addr": A + 4 * MiB, "size": size, "stream": 0,
+                           "time_us": t + 3 + k, "frames": weights})
+        annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0,
+                            "time_us": t + 9})
+        t += 10
+    return {"segments": segments, "device_traces": [events], "external_annotations": annotations,
+            "allocator_settings": {}}
+
+
 class Boom:
     """Pickles as a call of os.system: a reader that executes pickles would run it."""
 
@@ -97,6 +153,7 @@ def main():
         write(f"cuda_p{p}.pickle", cuda_snapshot(), protocol=p)
     write("npu.pickle", cuda_snapshot(timed=False, npu=True))
     write("segments_only.pickle", {"segments": cuda_snapshot()["segments"]})
+    write("pools.pickle", pools_snapshot())
     write("not_snapshot.pickle", {"hello": [1, 2, 3]})
     write("evil.pickle", {"segments": [], "device_traces": [[Boom(os.path.join(out, "pwned"))]]})
     with open(os.path.join(out, "truncated.pickle"), "wb") as f:
