@@ -10,12 +10,12 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/trace/pickle.hpp"
+#include "snapshot_internal.hpp"
 
 namespace modelmem::trace {
 
@@ -553,14 +553,7 @@ class Converter {
       SnapshotPool p = tally.pool;
       p.device = key.device;
       if (key.has_id) p.id = fmt::format("({},{})", key.first, key.second);
-      p.kind = p.allocated > 0 && 2 * p.kv_cache > p.allocated ? "KV cache"
-               : key.first == 0 && key.second == 0             ? "default"
-                                                               : "private";
-      for (const auto& [site, bytes] : tally.site_bytes)
-        if (bytes > p.top_site_bytes) {
-          p.top_site = site;
-          p.top_site_bytes = bytes;
-        }
+      detail::name_pool(p, key.first == 0 && key.second == 0, tally.site_bytes);
       out->pools.push_back(std::move(p));
     }
     out->step_annotation = step_annotation_;
@@ -598,44 +591,6 @@ Trace read_snapshot(const std::filesystem::path& path, const ReadOptions& option
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw InvalidInput(fmt::format("{}: read error", path.string()));
   return parse_snapshot(data, path.string(), options);
-}
-
-bool is_snapshot_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char head[2] = {0, 0};
-  if (!in.read(head, 2)) return false;
-  return pickle::looks_like_pickle(std::string_view(head, 2));
-}
-
-std::vector<AllocationSite> allocation_sites(const Trace& trace, std::size_t top) {
-  std::unordered_map<std::string, AllocationSite> by_site;
-  const Blocks blocks = match_blocks(trace);
-  for (const Block& b : blocks.blocks) {
-    const TraceEvent& e = trace.events[b.alloc_index];
-    if (e.label.empty()) continue;
-    AllocationSite& s = by_site[e.label];
-    s.site = e.label;
-    ++s.allocs;
-    s.bytes += b.size;
-    if (b.free_index == kNever) s.live_at_end += b.size;
-  }
-  std::vector<AllocationSite> out;
-  out.reserve(by_site.size());
-  for (auto& [site, s] : by_site) out.push_back(std::move(s));
-  std::sort(out.begin(), out.end(), [](const AllocationSite& a, const AllocationSite& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
-  });
-  if (out.size() > top) out.resize(top);
-  return out;
-}
-
-std::string sites_text(const std::vector<AllocationSite>& sites) {
-  if (sites.empty()) return {};
-  std::string out = "allocation sites (most bytes allocated first)\n";
-  for (const AllocationSite& s : sites)
-    out += fmt::format("  {:>12} in {:>7} allocs, {:>12} live at the end  {}\n",
-                       format_bytes(s.bytes), s.allocs, format_bytes(s.live_at_end), s.site);
-  return out;
 }
 
 }  // namespace modelmem::trace

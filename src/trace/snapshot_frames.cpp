@@ -1,13 +1,17 @@
-// Snapshot stack frames (whose code a frame is: the program's, or PyTorch's and the runtime's)
-// and the pools of a snapshot as analyze shows them (trace/snapshot.hpp).
+// Snapshot stack frames (whose code a frame is: the program's, or PyTorch's and the runtime's),
+// allocation sites and the pools of a snapshot as analyze shows them (trace/snapshot.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <fstream>
+#include <unordered_map>
 
 #include "modelmem/core/bytes.hpp"
+#include "modelmem/trace/pickle.hpp"
 #include "modelmem/trace/snapshot.hpp"
+#include "snapshot_internal.hpp"
 
 namespace modelmem::trace {
 
@@ -96,6 +100,18 @@ bool is_kv_cache_site(std::string_view file, std::string_view function) {
          (base.starts_with("cache_utils") && has_suffix(base, ".py"));
 }
 
+void detail::name_pool(SnapshotPool& pool, bool default_pool,
+                       const std::map<std::string, std::size_t>& site_bytes) {
+  pool.kind = pool.allocated > 0 && 2 * pool.kv_cache > pool.allocated ? "KV cache"
+              : default_pool                                           ? "default"
+                                                                       : "private";
+  for (const auto& [site, bytes] : site_bytes)
+    if (bytes > pool.top_site_bytes) {
+      pool.top_site = site;
+      pool.top_site_bytes = bytes;
+    }
+}
+
 std::size_t SnapshotState::reserved() const {
   std::size_t n = 0;
   for (const SnapshotPool& p : pools) n += p.reserved;
@@ -152,6 +168,44 @@ std::string pools_text(const SnapshotState& state) {
                                        digits_grouped(state.pending_free()))
                          : std::string());
   return out;
+}
+
+std::vector<AllocationSite> allocation_sites(const Trace& trace, std::size_t top) {
+  std::unordered_map<std::string, AllocationSite> by_site;
+  const Blocks blocks = match_blocks(trace);
+  for (const Block& b : blocks.blocks) {
+    const TraceEvent& e = trace.events[b.alloc_index];
+    if (e.label.empty()) continue;
+    AllocationSite& s = by_site[e.label];
+    s.site = e.label;
+    ++s.allocs;
+    s.bytes += b.size;
+    if (b.free_index == kNever) s.live_at_end += b.size;
+  }
+  std::vector<AllocationSite> out;
+  out.reserve(by_site.size());
+  for (auto& [site, s] : by_site) out.push_back(std::move(s));
+  std::sort(out.begin(), out.end(), [](const AllocationSite& a, const AllocationSite& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
+  });
+  if (out.size() > top) out.resize(top);
+  return out;
+}
+
+std::string sites_text(const std::vector<AllocationSite>& sites) {
+  if (sites.empty()) return {};
+  std::string out = "allocation sites (most bytes allocated first)\n";
+  for (const AllocationSite& s : sites)
+    out += fmt::format("  {:>12} in {:>7} allocs, {:>12} live at the end  {}\n",
+                       format_bytes(s.bytes), s.allocs, format_bytes(s.live_at_end), s.site);
+  return out;
+}
+
+bool is_snapshot_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[2] = {0, 0};
+  if (!in.read(head, 2)) return false;
+  return pickle::looks_like_pickle(std::string_view(head, 2));
 }
 
 }  // namespace modelmem::trace
