@@ -30,8 +30,8 @@ std::string to_text(const Analysis& a) {
                        ? fmt::format(", peak reserved {}", format_bytes(*a.peak_reserved))
                        : std::string(", reserved unknown")));
   if (a.never_freed > 0)
-    line(fmt::format("  never freed: {} blocks, {}", a.never_freed,
-                     format_bytes(a.never_freed_bytes)));
+    line(fmt::format("  never freed: {} blocks, {}{}", a.never_freed,
+                     format_bytes(a.never_freed_bytes), a.snapshot ? " (requested bytes)" : ""));
   if (a.snapshot) out += pools_text(*a.snapshot);
   line(fmt::format("  distinct sizes {}; histogram:", a.distinct_sizes));
   std::size_t max_count = 1;

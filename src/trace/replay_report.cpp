@@ -8,6 +8,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "modelmem/trace/replay.hpp"
+#include "modelmem/trace/snapshot.hpp"
 
 namespace modelmem::trace {
 
@@ -74,6 +75,7 @@ ReplayReport run_replay(const ReplayRequest& request) {
       return replay_device(t, capacity);
     };
     report.device = replay_device_text(t, request.device_capacity);
+    report.snapshot = t.snapshot;
     options.touch = false;
   }
 
@@ -91,8 +93,16 @@ ReplayReport run_replay(const ReplayRequest& request) {
 }
 
 std::string to_text(const ReplayReport& report) {
-  std::string out = fmt::format("trace {}: {} events, peak live {} (trace)\n", report.trace,
-                                report.events, format_bytes(report.peak_live));
+  std::string out =
+      report.snapshot
+          ? fmt::format(
+                "trace {}: {} events, peak live {} (trace, requested bytes); at the snapshot "
+                "PyTorch reserved {} and allocated {} (rounded sizes)\n",
+                report.trace, report.events, format_bytes(report.peak_live),
+                format_bytes(report.snapshot->reserved()),
+                format_bytes(report.snapshot->allocated()))
+          : fmt::format("trace {}: {} events, peak live {} (trace)\n", report.trace, report.events,
+                        format_bytes(report.peak_live));
   out += fmt::format("{:<20} {:>13} {:>13} {:>8} {:>6} {:>8} {:>10} {:>10} {:>5}\n", "strategy",
                      "reserved MiB", "live MiB", "res/live", "frag", "dev calls", "mean ns",
                      "p99 ns", "OOMs");

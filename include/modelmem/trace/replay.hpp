@@ -112,6 +112,8 @@ struct ReplayReport {
   std::vector<std::string> warnings;  ///< what reading the trace skipped or found odd
   std::vector<std::string> notes;     ///< about the request
   std::string device;                 ///< replay_device_text ("" on host memory)
+  /// A snapshot's pools and PyTorch's totals at the snapshot (Trace::snapshot), else null.
+  std::shared_ptr<const SnapshotState> snapshot;
   std::vector<ReplayResult> results;
 };
 
