@@ -77,6 +77,9 @@ ReplayReport run_replay(const ReplayRequest& request) {
     report.device = replay_device_text(t, request.device_capacity);
     report.snapshot = t.snapshot;
     options.touch = false;
+  } else if (request.device_capacity > 0) {
+    report.notes.push_back(
+        "--device-memory applies to memory snapshots only: this trace replays on host memory");
   }
 
   auto run = [&](const std::string& name, alloc::Allocator& allocator) {
