@@ -167,13 +167,14 @@ raises ValueError naming file and line; skip_bad: skip such lines with a warning
             trace::check_repeat(repeat, trace::match_blocks(t).blocks.size());
             std::shared_ptr<alloc::Allocator> allocator;
             try {
-              allocator = trace::allocator_from_config(config);
+              // A snapshot replays on its device, simulated: none of this machine's memory.
+              allocator = trace::allocator_from_config(config, trace::replay_device(t, 0));
             } catch (const InvalidInput& e) {
               raise("ConfigError", e.what());
             }
             trace::ReplayOptions o;
             o.repeat = repeat;
-            o.touch = touch;
+            o.touch = touch && !t.snapshot;  // a snapshot's device memory is not the host's
             trace::ReplayResult r;
             {
               py::gil_scoped_release nogil;
