@@ -4,6 +4,7 @@
 // effective value, the device, the virtual-memory probe and any fallback taken.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "command.hpp"
 #include "modelmem/config/factory.hpp"
@@ -25,10 +26,12 @@ int run_config(const ConfigArgs& args) {
   }
   std::string text = args.text;
   std::string from = "the argument";
+  std::vector<std::string> notes;
   if (!args.given) {
     // What the environment's setting builds, read as the NPU library reads it.
     const config::EnvironmentConf env = config::environment_conf();
     text = env.text;
+    notes = env.notes;
     if (env.variable.empty()) {
       from = "defaults (MODELMEM_ALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are not set)";
     } else if (env.translated) {
@@ -40,6 +43,8 @@ int run_config(const ConfigArgs& args) {
     }
   }
   std::fputs(config::config_report(text, from).c_str(), stdout);
+  // The torch_npu keys the library maps to modelmem's nearest behaviour, as it says them.
+  for (const std::string& note : notes) std::printf("note:      %s\n", note.c_str());
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "modelmem/config/config.hpp"
@@ -47,13 +48,24 @@ bool verbose() {
   return v != nullptr && *v == '1';
 }
 
+// The environment's configuration. Its notes (torch_npu keys mapped to modelmem's nearest
+// behaviour) are printed once per process, by whichever call reads it first.
+config::EnvironmentConf read_environment() {
+  config::EnvironmentConf conf = config::environment_conf();
+  static std::once_flag printed;
+  std::call_once(printed, [&] {
+    for (const std::string& note : conf.notes) std::fprintf(stderr, "modelmem: %s\n", note.c_str());
+  });
+  return conf;
+}
+
 // The per-device stacks (config/device_slots.hpp, shared with the CUDA library).
 config::DeviceSlots& slots() {
   static auto* table = new config::DeviceSlots(
       {// never destroyed, see above
        "npu", "npu",
        [](int device) {
-         const config::EnvironmentConf conf = config::environment_conf();
+         const config::EnvironmentConf conf = read_environment();
          config::Config config = config::parse_config(conf.text);
          if (double f = fractions()[device].load(); f > 0.0)
            config.values["per_process_memory_fraction"] = core::format_double(f);
@@ -98,7 +110,14 @@ void* allocate_on(int device, std::size_t size, void* stream) {
     return nullptr;
   }
   alloc::Allocator* a = allocator_for(device);
-  if (a == nullptr) return nullptr;
+  if (a == nullptr) {
+    // The first failure printed why the stack cannot be built; every later NULL says so too
+    // (torch_npu does not check the pointer, so a silent NULL surfaces far from its cause).
+    static std::atomic<bool> first{true};
+    const bool built_now = first.exchange(false) && last_error.rfind("no allocator for", 0) == 0;
+    if (!built_now) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
+    return nullptr;
+  }
   try {
     return a->allocate(size, reinterpret_cast<alloc::Stream>(stream));
   } catch (const OutOfMemory& e) {
@@ -143,7 +162,7 @@ MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, v
 /// stacks are still built at each device's first allocation.
 MODELMEM_EXPORT void modelmem_npu_init(int device_count) {
   try {
-    config::parse_config(config::environment_conf().text);
+    config::parse_config(read_environment().text);
     device::AclAvailability a = device::acl_availability();
     if (!a.available)
       std::fprintf(stderr, "modelmem: %s\n", a.reason.c_str());

@@ -130,6 +130,14 @@ std::string check_max_split(const std::string& key, std::string_view v) {
   return n;
 }
 
+std::string check_large_segment(const std::string& key, std::string_view v) {
+  std::string n = check_mb(key, v);
+  // A large segment holds requests above the small pool's 1 MiB.
+  if (std::stoull(n) < 2 || std::stoull(n) > (1u << 20))
+    bad(key, "must be in [2, 1048576] (MiB), got " + n);
+  return n;
+}
+
 std::string check_path(const std::string& key, std::string_view v) {
   if (v.empty()) bad(key, "expected a file name");
   return std::string(v);
@@ -224,6 +232,10 @@ std::vector<KeySpec> core_keys() {
       {{"max_split_size_mb", "", "MiB > 20",
         "caching: blocks larger than this are never split (PyTorch)"},
        check_max_split},
+      {{"large_segment_size_mb", "20", "MiB in [2, 1048576]",
+        "caching: size of the large pool's fixed segments, taken for requests between 1 MiB and "
+        "10 MiB (PyTorch's and torch_npu's large_segment_size_mb)"},
+       check_large_segment},
       {{"roundup_power2_divisions", "0", "power of 2 | [MiB:div,...,>:div]",
         "caching: round requests up to one of N divisions of their power-of-two interval "
         "(PyTorch)"},
@@ -369,16 +381,16 @@ void check_combinations(const Config& c) {
   if (strategy == "system") {
     for (const char* k :
          {"pools", "device", "device_capacity_mb", "device_vmm", "fallback", "static_pool_mb",
-          "plan", "model_type", "safety_factor", "max_split_size_mb", "roundup_power2_divisions",
-          "garbage_collection_threshold", "cache_decay_ms", "per_process_memory_fraction",
-          "huge_pages", "prefault", "thread_cache_mb"})
+          "plan", "model_type", "safety_factor", "max_split_size_mb", "large_segment_size_mb",
+          "roundup_power2_divisions", "garbage_collection_threshold", "cache_decay_ms",
+          "per_process_memory_fraction", "huge_pages", "prefault", "thread_cache_mb"})
       if (has(k)) bad(k, "has no effect with strategy:system (the C heap)");
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is system)");
   }
   if (strategy == "static") {
     if (expandable) bad("expandable_segments", "True needs strategy:caching (strategy is static)");
     if (has("fallback")) bad("fallback", "applies only with expandable_segments:True");
-    for (const char* k : {"max_split_size_mb", "roundup_power2_divisions",
+    for (const char* k : {"max_split_size_mb", "large_segment_size_mb", "roundup_power2_divisions",
                           "garbage_collection_threshold", "cache_decay_ms", "thread_cache_mb"})
       if (has(k)) bad(k, "applies only to strategy:caching (strategy is static)");
   }

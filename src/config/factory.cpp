@@ -78,6 +78,11 @@ std::string detail::fallback_warning(const std::string& device, const std::strin
 CachingOptions caching_options(const Config& c) {
   CachingOptions o;
   if (c.has("max_split_size_mb")) o.max_split_size = c.get_size_mb("max_split_size_mb");
+  if (c.has("large_segment_size_mb")) {
+    o.large_segment = c.get_size_mb("large_segment_size_mb");
+    // PyTorch: requests below 10 MiB take a large segment, so it must hold them.
+    o.min_large_alloc = std::min(o.min_large_alloc, o.large_segment);
+  }
   o.roundup_power2_divisions = parse_roundup_power2_divisions(c.get("roundup_power2_divisions"));
   // "0" means off: an empty table, so the caching pool skips the lookup entirely.
   if (o.roundup_power2_divisions.size() == 1 && o.roundup_power2_divisions.begin()->second == 0)

@@ -79,8 +79,8 @@ Config for_pool(const Config& c, std::size_t quota, bool no_vm) {
     out.values["expandable_segments"] = "False";
     if (whole) {
       drop.insert(drop.end(),
-                  {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
-                   "cache_decay_ms", "thread_cache_mb"});
+                  {"max_split_size_mb", "large_segment_size_mb", "roundup_power2_divisions",
+                   "garbage_collection_threshold", "cache_decay_ms", "thread_cache_mb"});
       out.values["strategy"] = "static";
     }
   }

@@ -697,10 +697,43 @@ class NpuPluggable(unittest.TestCase):
                 self.assertIn("warning: " + lines[0], r.stdout)
                 self.assertIn("describe: caching on npu:0: small", r.stdout)
 
-    def test_torch_npu_conf_refused_key_names_it(self):
-        r = self.check("child_bad_config", PYTORCH_NPU_ALLOC_CONF="page_size:1g")
-        self.assertIn("why: no allocator for npu:0: PYTORCH_NPU_ALLOC_CONF: page_size is not "
-                      "supported by modelmem: 1 GiB pages are not offered", r.stdout)
+    def test_every_torch_npu_key_is_accepted_with_one_line_where_mapped(self):
+        # torch_npu accepts each of these strings; each serves every allocation, and a key
+        # modelmem cannot honour is said once, in one line, whatever the number of allocations.
+        cases = [("page_size:1g", "page_size:1g: no 1 GiB pages", "large from 20.00 MiB"),
+                 ("large_segment_size_mb:64", None, "large from 64.00 MiB segments"),
+                 ("expandable_segments:True,base_addr_aligned_kb:16",
+                  "base_addr_aligned_kb:16: blocks stay 512-byte aligned", "expandable segments"),
+                 ("expandable_segments:False,multi_stream_lazy_reclaim:True",
+                  "multi_stream_lazy_reclaim:True: nothing to defer", "large from 20.00 MiB"),
+                 ("expandable_segments:True,segment_size_mb:40",
+                  "segment_size_mb:40: expandable segments map the large pool",
+                  "expandable segments"),
+                 ("pinned_use_background_threads:True,release_lock_on_npumalloc:False",
+                  "pinned_use_background_threads:True: host pinned memory", "caching on npu:0")]
+        for conf, note, describe in cases:
+            r = self.check("child_torch_npu", PYTORCH_NPU_ALLOC_CONF=conf)
+            lines = [l for l in r.stderr.splitlines() if "PYTORCH_NPU_ALLOC_CONF" in l]
+            self.assertNotIn("cannot build", r.stderr, conf)
+            self.assertIn(describe, r.stdout, conf)
+            if note is None:
+                self.assertEqual(lines, [], conf)
+                continue
+            self.assertEqual(len(lines), 1, (conf, r.stderr))
+            self.assertTrue(lines[0].startswith("modelmem: PYTORCH_NPU_ALLOC_CONF: "), lines[0])
+            self.assertIn(note, lines[0])
+
+    def test_what_torch_npu_refuses_fails_at_the_first_allocation_and_every_null_says_why(self):
+        r = self.check("child_bad_config",
+                       PYTORCH_NPU_ALLOC_CONF="expandable_segments:True,max_split_size_mb:64")
+        why = ("`max_split_size_mb` or `garbage_collection_threshold`, cannot be enabled with "
+               "`expandable_segments`, please set `expandable_segments` to `False`")
+        self.assertIn("why: no allocator for npu:0: PYTORCH_NPU_ALLOC_CONF: " + why, r.stdout)
+        errors = r.stderr.splitlines()
+        self.assertEqual(r.stderr.count("cannot build the allocator for npu:0"), 1, r.stderr)
+        self.assertIn(why, errors[0])  # at the first allocation
+        self.assertEqual(len(errors), 3, r.stderr)  # three NULLs, three lines
+        self.assertTrue(all(why in e for e in errors), r.stderr)
 
     def test_pools_of_several_models_in_one_process(self):
         r = self.check("child_pools", MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]")
@@ -779,9 +812,10 @@ class NpuPluggable(unittest.TestCase):
     def test_memory_fraction_before_the_first_allocation(self):
         self.check("child_fraction_before_first_allocation")
 
-    def test_bad_config_returns_null_and_says_why_once(self):
+    def test_bad_config_returns_null_and_says_why_each_time(self):
         r = self.check("child_bad_config", MODELMEM_ALLOC_CONF="bogus:1")
         self.assertEqual(r.stderr.count("cannot build the allocator for npu:0"), 1, r.stderr)
+        self.assertEqual(r.stderr.count("config: unknown key 'bogus'"), 3, r.stderr)
         self.assertIn("why: no allocator for npu:0: config: unknown key 'bogus'", r.stdout)
 
     @unittest.skipUnless(SOURCE, "MODELMEM_SOURCE_DIR is not set")

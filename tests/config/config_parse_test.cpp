@@ -455,3 +455,29 @@ TEST(ConfigBuild, FromTheEnvironment) {
 
 }  // namespace
 }  // namespace modelmem::config
+
+namespace modelmem::config {
+namespace {
+
+// PyTorch's and torch_npu's large_segment_size_mb: the large pool's fixed segments.
+TEST(ConfigBuild, LargeSegmentSizeSetsTheLargePoolsSegments) {
+  Built b = build(parse_config("large_segment_size_mb:64"));
+  EXPECT_NE(b.allocator->describe().find("large from 64.00 MiB segments"), std::string::npos)
+      << b.allocator->describe();
+  void* p = b.allocator->allocate(3 * kMiB);  // between 1 and 10 MiB: one large segment
+  EXPECT_EQ(b.allocator->stats().reserved_bytes.all.current, static_cast<std::int64_t>(64 * kMiB));
+  b.allocator->deallocate(p);
+  // Smaller than the 10 MiB cut: requests up to it still fit one segment.
+  Built small = build(parse_config("large_segment_size_mb:4"));
+  void* q = small.allocator->allocate(6 * kMiB);
+  EXPECT_GE(small.allocator->block_size(q), 6 * kMiB);
+  small.allocator->deallocate(q);
+  EXPECT_REJECTED("large_segment_size_mb:1", "large_segment_size_mb: must be in [2, 1048576]");
+  EXPECT_REJECTED("strategy:static,static_pool_mb:8,large_segment_size_mb:64",
+                  "large_segment_size_mb: applies only to strategy:caching");
+  EXPECT_REJECTED("strategy:system,large_segment_size_mb:64",
+                  "large_segment_size_mb: has no effect with strategy:system");
+}
+
+}  // namespace
+}  // namespace modelmem::config
