@@ -6,6 +6,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -404,6 +405,10 @@ std::string report_text() {
                            format_bytes(p->adaptor->used()), format_bytes(p->adaptor->peak_used()));
     out += block(title, *p->allocator);
   }
+  // The kernel's count for the whole process so far (a run without modelmem compares).
+  if (rusage ru{}; getrusage(RUSAGE_SELF, &ru) == 0)
+    out += fmt::format("{:<14} {} minor, {} major (the kernel's count for the process so far)\n",
+                       "page faults", ru.ru_minflt, ru.ru_majflt);
   return out;
 }
 

@@ -110,6 +110,22 @@ TEST_F(Preload, TheReportSaysWhyNoPlanWasMade) {
   EXPECT_EQ(r.out.find("no plan"), std::string::npos) << r.out;
 }
 
+// The report gives the kernel's fault counts for the process, not an estimate from pages served.
+TEST_F(Preload, TheReportGivesThePageFaultsTheKernelCounted) {
+  for (const char* conf : {"strategy:planned", "strategy:caching"}) {
+    Result r = run(preload_env(conf) + " MODELMEM_REPORT=1", kCheck + " steps");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.out.find("faults avoided"), std::string::npos) << r.out;
+    const std::size_t at = r.out.find("  page faults       ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    // Every process takes minor faults (its stack, its libraries' data); the line ends with
+    // both counts and where they come from.
+    EXPECT_GT(number_after(r.out, "page faults"), 10) << r.out;
+    EXPECT_NE(r.out.find(" major (the kernel's count for the process)", at), std::string::npos)
+        << r.out;
+  }
+}
+
 TEST_F(Preload, HugePagesForTheArenaCanBeTurnedOff) {
   Result r = run(preload_env("strategy:planned,planned_huge_pages:false") + " MODELMEM_REPORT=1",
                  kCheck + " steps");
