@@ -121,7 +121,10 @@ void* allocate_on(int device, std::size_t size, void* stream) {
   try {
     return a->allocate(size, reinterpret_cast<alloc::Stream>(stream));
   } catch (const OutOfMemory& e) {
-    last_error = std::string("NPU out of memory: ") + e.what() + "; " + what_to_change(e.info());
+    last_error = std::string("NPU out of memory: ") + e.what();
+    // A pool's refusal already says which quota serves the request.
+    if (last_error.find("; to change: ") == std::string::npos)
+      last_error += "; " + what_to_change(e.info());
     if (verbose()) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
     return nullptr;
   } catch (const std::exception& e) {

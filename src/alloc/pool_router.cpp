@@ -108,8 +108,17 @@ void* PoolRouter::do_allocate(std::size_t size, Stream stream) {
     if (index < 0) throw;
     // The pool's device view is its quota: running out of it is running out of the quota.
     const NamedPool& pool = pools_[static_cast<std::size_t>(index)];
-    throw QuotaExceeded(e.info(), "pool '" + pool.name + "' is out of its quota of " +
-                                      format_bytes(pool.quota) + ": " + e.what());
+    OomInfo info = e.info();
+    info.quota = pool.quota;
+    // The quota that serves this request as the pool stands: what it holds plus what the
+    // request needed from the device, in whole MiB.
+    const std::size_t needed = info.needed > 0 ? info.needed : info.requested;
+    const std::size_t mib = std::size_t{1} << 20;
+    const std::size_t quota_mib = (info.reserved + needed + mib - 1) / mib;
+    throw QuotaExceeded(
+        info, "pool '" + pool.name + "' is out of its quota of " + format_bytes(pool.quota) + ": " +
+                  e.what() + "; to change: pools:[" + pool.name + ":" + std::to_string(quota_mib) +
+                  ",...] serves this request (or a smaller batch in this pool)");
   }
   try {
     std::lock_guard lock(mutex_);

@@ -98,3 +98,49 @@ TEST(PoolsConfig, DefaultPoolTakesEveryUnselectedRequest) {
 
 }  // namespace
 }  // namespace modelmem::config
+
+namespace modelmem::config {
+namespace {
+
+// Fills pool `a` with 1 MiB blocks, frees every other one (free memory left in pieces of the
+// small pool), then asks for 3 MiB (a large-pool request). The error, if any, or "".
+std::string fragment_then_ask(const std::string& conf) {
+  Built b = build(parse_config(conf));
+  auto* router = dynamic_cast<alloc::PoolRouter*>(b.allocator.get());
+  router->push_pool("a");
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(router->allocate(kMiB));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) router->deallocate(blocks[i]);
+  std::string error;
+  try {
+    router->deallocate(router->allocate(3 * kMiB));
+  } catch (const QuotaExceeded& e) {
+    error = e.what();
+  }
+  for (std::size_t i = 1; i < blocks.size(); i += 2) router->deallocate(blocks[i]);
+  router->pop_pool();
+  return error;
+}
+
+// A pool's out-of-memory says where its free memory is and the quota that serves the request,
+// and that quota does.
+TEST(PoolsConfig, ARefusalSaysWhereTheFreeMemoryIsAndTheQuotaThatServes) {
+  const std::string why = fragment_then_ask("strategy:caching,pools:[a:16]");
+  ASSERT_NE(why, "");
+  EXPECT_NE(why.find("pool 'a' is out of its quota of 16.00 MiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("free in its segments: 8.00 MiB in the small pool (largest 1.00 MiB, for "
+                     "requests <= 1.00 MiB), 0 B in the large pool (largest 0 B)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("(fragmentation: enough is free, but not in one piece"), std::string::npos)
+      << why;
+  const std::size_t at = why.find("; to change: pools:[a:");
+  ASSERT_NE(at, std::string::npos) << why;
+  const std::string quota = why.substr(at + 22, why.find(',', at + 22) - at - 22);
+  EXPECT_GT(std::stoi(quota), 16) << why;
+  EXPECT_EQ(fragment_then_ask("strategy:caching,pools:[a:" + quota + "]"), "")
+      << "the quota the message gives serves the request";
+}
+
+}  // namespace
+}  // namespace modelmem::config

@@ -42,6 +42,9 @@ struct OomInfo {
   std::size_t largest_free_block = 0;
   std::optional<std::size_t> quota;  ///< set when a quota applied
   std::string where;                 ///< device / pool / strategy that failed
+  /// Bytes the request needed from the device (a new segment, or pages), 0 when not known: with
+  /// `reserved` it says what limit would have served the request.
+  std::size_t needed = 0;
 };
 
 /// Formats an OomInfo as one line with human-readable sizes.

@@ -257,6 +257,10 @@ std::size_t CachingAllocator::Impl::largest_free() const {
   } catch (...) {
   }
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all.current);
+  const std::size_t rounded = round_size(size);
+  info.needed = options_.expandable_segments
+                    ? checked_align_up(rounded, options_.round_large, "allocation size")
+                    : segment_size(rounded);
   std::string note;
   if (allowed_ != kNoLimit) {
     info.device_free = std::min(info.device_free, allowed_ > reserved ? allowed_ - reserved : 0);
@@ -266,6 +270,22 @@ std::size_t CachingAllocator::Impl::largest_free() const {
   info.allocated = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
   info.largest_free_block = largest_free();
   info.where = "caching pool on " + device_->name();
+  // Where the free memory is: what is cached is held in pieces of segments that still hold live
+  // blocks (the ladder gave every whole free segment back), in the size class of its segment.
+  std::size_t free_bytes[2] = {0, 0}, largest[2] = {0, 0};
+  for (int k = 0; k < 2; ++k)
+    for (const Block* b : k == 0 ? small_ : large_) {
+      free_bytes[k] += b->size;
+      largest[k] = std::max(largest[k], b->size);
+    }
+  note += "; free in its segments: " + format_bytes(free_bytes[0]) +
+          " in the small pool (largest " + format_bytes(largest[0]) +
+          ", for requests <= " + format_bytes(options_.small_size) + "), " +
+          format_bytes(free_bytes[1]) + " in the large pool (largest " + format_bytes(largest[1]) +
+          "); the request needed " + format_bytes(info.needed) +
+          (options_.expandable_segments ? " of new pages" : " as a new segment");
+  if (free_bytes[0] + free_bytes[1] >= rounded)
+    note += " (fragmentation: enough is free, but not in one piece where this request can use it)";
   throw OutOfMemory(info, modelmem::describe(info) + note);
 }
 
