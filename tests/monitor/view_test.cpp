@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "modelmem/alloc/stats.hpp"
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/render.hpp"
 #include "modelmem/monitor/view.hpp"
 
@@ -168,6 +170,43 @@ TEST(TopFrame, FitsTheTerminalAndSaysWhatItLeftOut) {
   EXPECT_EQ(lines.back(), "... 11 more pools");                    // 19 of 30 shown
   frame.sort = "bogus";
   EXPECT_THROW(top_frame(v, rates.update(v), frame), InvalidInput);
+}
+
+// FRAG is the share of the pool free outside its largest free block: a pool wasting 8 % in small
+// pieces shows at most 0.08 (it showed 0.95 as 1 - largest / free), and info and top say what
+// FRAG is where they show it.
+TEST(Frag, IsTheShareOfThePoolFreeOutsideItsLargestBlockAndIsExplainedWhereShown) {
+  alloc::Stats st;
+  st.reserved_bytes.all.current = 100 * kMiB;
+  st.allocated_bytes.all.current = 92 * kMiB;
+  st.largest_free_block = 410 * 1024;  // 0.4 MiB: the 8 MiB free is in small pieces
+  PoolSnapshot p = snapshot_of(st, {"bert", "host:0", "caching", 0});
+  EXPECT_NEAR(p.fragmentation, (8.0 - 0.400390625) / 100.0, 1e-9);
+  st.largest_free_block = 8 * kMiB;  // all free memory in one block
+  EXPECT_EQ(snapshot_of(st, {"bert", "host:0", "caching", 0}).fragmentation, 0.0);
+  st.allocated_bytes.all.current = 100 * kMiB;  // nothing free
+  st.largest_free_block = 0;
+  EXPECT_EQ(snapshot_of(st, {"bert", "host:0", "caching", 0}).fragmentation, 0.0);
+  st.reserved_bytes.all.current = 0;
+  st.allocated_bytes.all.current = 0;
+  EXPECT_EQ(snapshot_of(st, {"bert", "host:0", "caching", 0}).fragmentation, 0.0);
+
+  PoolSnapshot shown = pool("bert", 100 * kMiB, 1, 1, 1);
+  shown.fragmentation = 0.076;
+  const MachineView v = view_of({process(7, {shown})});
+  const std::string t = info_table(v);
+  EXPECT_NE(t.find("  0.08 "), std::string::npos) << t;
+  EXPECT_NE(t.find("FRAG = (RESERVED - ALLOCATED - LARGEST) / RESERVED: the share of the pool "
+                   "free only in pieces outside its largest free block\n"),
+            std::string::npos)
+      << t;
+  PoolRates rates;
+  TopFrame frame;
+  frame.height = 24;
+  frame.width = 80;
+  const auto lines = lines_of(top_frame(v, rates.update(v), frame));
+  EXPECT_EQ(lines.back(), "FRAG: share of RESV free outside the largest free block");
+  EXPECT_EQ(info_table(view_of({})).find("FRAG ="), std::string::npos);
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ struct PoolSnapshot {
   std::uint64_t peak_reserved = 0;
   std::uint64_t requested = 0;  ///< bytes callers asked for (before rounding)
   std::uint64_t largest_free_block = 0;
-  double fragmentation = 0.0;  ///< 1 - largest free block / free bytes in the pool
+  /// (reserved - allocated - largest free block) / reserved: the share of the pool free only in
+  /// pieces outside its largest free block (FRAG in info and top); 0 when nothing is.
+  double fragmentation = 0.0;
   std::uint64_t oom_count = 0;
   std::uint64_t alloc_retries = 0;
   std::uint64_t warning_count = 0;      ///< fallback warnings (e.g. no virtual memory)

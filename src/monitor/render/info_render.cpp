@@ -171,7 +171,8 @@ std::string info_prometheus(const MachineView& v) {
        [](const PoolSnapshot& p) { return double(p.budget); }},
       {"pool_largest_free_block_bytes", "gauge", "Largest block servable without the device.",
        [](const PoolSnapshot& p) { return double(p.largest_free_block); }},
-      {"pool_fragmentation_ratio", "gauge", "1 - largest free block / free bytes in the pool.",
+      {"pool_fragmentation_ratio", "gauge",
+       "Share of the pool's reserved bytes free outside its largest free block.",
        [](const PoolSnapshot& p) { return p.fragmentation; }},
       {"pool_segments", "gauge", "Device segments held.",
        [](const PoolSnapshot& p) { return double(p.segments); }},
@@ -243,6 +244,9 @@ std::string info_table(const MachineView& v) {
                          cut(p.process_name, 15), p.pools_dropped);
     }
   }
+  out +=
+      "FRAG = (RESERVED - ALLOCATED - LARGEST) / RESERVED: the share of the pool free only in "
+      "pieces outside its largest free block\n";
   out += "\nCommands:\n";
   for (const ProcessSnapshot& p : v.scan.processes)
     out += fmt::format("  {:<8} {}\n", p.pid,

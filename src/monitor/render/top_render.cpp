@@ -94,6 +94,9 @@ std::string top_frame(const MachineView& v, std::vector<PoolRow> rows, const Top
   }
   if (rows.empty()) lines.push_back("No process is publishing modelmem pools.");
   if (shown < rows.size()) lines.push_back(fmt::format("... {} more pools", rows.size() - shown));
+  // The legend takes the last line when the pools leave room for it.
+  if (!rows.empty() && lines.size() < static_cast<std::size_t>(frame.height))
+    lines.push_back("FRAG: share of RESV free outside the largest free block");
   std::string out;
   for (std::size_t i = 0; i < lines.size() && i < static_cast<std::size_t>(frame.height); ++i) {
     std::string line = lines[i];
