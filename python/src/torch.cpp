@@ -9,7 +9,9 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,6 +19,7 @@
 
 #include "common.hpp"
 #include "modelmem/alloc/planned_allocator.hpp"
+#include "modelmem/alloc/pool_router.hpp"
 #include "modelmem/alloc/quota_adaptor.hpp"
 #include "modelmem/config/config.hpp"
 #include "modelmem/config/factory.hpp"
@@ -91,6 +94,10 @@ struct Pool {
   std::shared_ptr<alloc::Allocator> allocator;  // the quota adaptor, or upstream without quota
   std::shared_ptr<alloc::QuotaAdaptor> adaptor;
   monitor::PoolRegistration registration;
+  /// One of the CPU allocator's pools:[...]: selected in its router (push_pool), so requests go
+  /// through the router, which reports each allocation, free and refusal with the pool. Routed
+  /// to the pool's own stack instead, a listener saw only that stack's segment events.
+  std::shared_ptr<alloc::Allocator> router;
 };
 
 // Process-wide; never destroyed (tensors may be freed during interpreter shutdown).
@@ -244,7 +251,13 @@ std::vector<config::PoolQuota> configured_pools(const State& s) {
 // Per thread, per `with pool:` level: the libraries whose selection it pushed (held open).
 thread_local std::vector<std::vector<std::pair<void*, const DeviceLibrary*>>> t_device_pushes;
 
-// Selects `name` in every loaded device library that has pools; returns how many did.
+// The LD_PRELOAD library (`modelmem run`): its pool selection, which serves every request of the
+// process from the C library up (modelmem_pool_push: 0, or -1 with errno).
+constexpr DeviceLibrary kPreload = {
+    "libmodelmem_preload.so", "modelmem_pool_push", "modelmem_pool_pop", nullptr, nullptr, nullptr};
+
+// Selects `name` in every loaded library that has pools (the device libraries, the preload);
+// returns how many did.
 std::size_t push_device_pools(const std::string& name) {
   std::vector<std::pair<void*, const DeviceLibrary*>> pushed;
   auto undo = [&] {
@@ -253,25 +266,38 @@ std::size_t push_device_pools(const std::string& name) {
       dlclose(h);
     }
   };
-  for (const DeviceLibrary& lib : kDeviceLibraries) {
-    void* h = dlopen(lib.soname, RTLD_NOLOAD | RTLD_LAZY);
+  std::vector<const DeviceLibrary*> libraries;
+  for (const DeviceLibrary& lib : kDeviceLibraries) libraries.push_back(&lib);
+  libraries.push_back(&kPreload);
+  for (const DeviceLibrary* lib : libraries) {
+    void* h = dlopen(lib->soname, RTLD_NOLOAD | RTLD_LAZY);
     if (h == nullptr) continue;
-    auto push = reinterpret_cast<int (*)(const char*)>(dlsym(h, lib.push));
-    auto pop = dlsym(h, lib.pop);
+    auto push = reinterpret_cast<int (*)(const char*)>(dlsym(h, lib->push));
+    auto pop = dlsym(h, lib->pop);
     if (push == nullptr || pop == nullptr) {
       dlclose(h);
       continue;
     }
-    const int rc = push(name.c_str());
+    errno = 0;
+    int rc = push(name.c_str());
+    std::string why;
+    if (lib == &kPreload && rc < 0) {
+      const int e = errno;
+      if (e == ENODEV) rc = 1;  // its string has no pools (or it serves nothing): no route there
+      why = e == ENOENT      ? "no pool of that name in the pools:[...] of MODELMEM_ALLOC_CONF"
+            : e == EOVERFLOW ? "pools nested more than 16 deep"
+                             : std::string("modelmem_pool_push failed: ") + std::strerror(e);
+    } else if (rc < 0) {
+      auto error = reinterpret_cast<const char* (*)()>(dlsym(h, lib->error));
+      why = error != nullptr ? error() : "";
+    }
     if (rc < 0) {
-      auto error = reinterpret_cast<const char* (*)()>(dlsym(h, lib.error));
-      std::string why = error != nullptr ? error() : "";
       dlclose(h);
       undo();
-      throw InvalidInput(fmt::format("pool '{}': {}: {}", name, lib.soname, why));
+      throw InvalidInput(fmt::format("pool '{}': {}: {}", name, lib->soname, why));
     }
     if (rc == 0)
-      pushed.emplace_back(h, &lib);
+      pushed.emplace_back(h, lib);
     else
       dlclose(h);  // that library's string has no pools: nothing to route there
   }
@@ -342,6 +368,7 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
       if (named.name == name) {
         p->allocator = named.allocator;
         p->adaptor = std::static_pointer_cast<alloc::QuotaAdaptor>(named.allocator);
+        p->router = s.allocator;
       }
     s.pools.emplace(name, p);
     return p;
@@ -349,7 +376,6 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
   p->upstream = build_allocator(s.config);
   p->tag = std::make_unique<PoolTag>(s.tap, static_cast<std::uint32_t>(s.pool_names.size()));
   s.pool_names.push_back(name);
-  p->upstream->set_listener(p->tag.get());
   if (q) {
     alloc::QuotaOptions o;
     o.name = name;
@@ -359,6 +385,10 @@ std::shared_ptr<Pool> get_pool(const std::string& name, const py::object& quota)
   } else {
     p->allocator = p->upstream;
   }
+  // On the outermost allocator: it reports the block events (alloc, free, its quota's OOMs) and
+  // passes the listener on to the strategy for its segments. Set on the strategy under a quota,
+  // only the strategy's segment events reached MemoryLogger.
+  p->allocator->set_listener(p->tag.get());
   p->registration = monitor::publish(p->allocator, {name, "cpu", "", q.value_or(0)});
   s.pools.emplace(name, p);
   return p;
@@ -513,13 +543,19 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
                pop_device_pools();
                throw Unsupported(fmt::format(
                    "modelmem.pool('{}') routes allocations made through modelmem: call "
-                   "modelmem.torch.use_cpu_allocator() first, or load libmodelmem_npu_alloc.so / "
-                   "libmodelmem_cuda_alloc.so with pools:[...] in MODELMEM_ALLOC_CONF",
+                   "modelmem.torch.use_cpu_allocator() first, run the program under `modelmem "
+                   "run` (the preload), or load libmodelmem_npu_alloc.so / "
+                   "libmodelmem_cuda_alloc.so, with pools:[...] in MODELMEM_ALLOC_CONF",
                    p->name));
              }
              if (p->allocator) {
                t_previous_routes.push_back(current_route());
-               route(p->allocator);
+               if (p->router) {
+                 alloc::push_pool(*p->router, p->name);
+                 route(nullptr);  // the installed router, with this thread's selection
+               } else {
+                 route(p->allocator);
+               }
              }
              return p;
            })
@@ -527,6 +563,7 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
            [](Pool& p, py::object, py::object, py::object) {
              pop_device_pools();
              if (!p.allocator) return false;
+             if (p.router) alloc::pop_pool();
              std::shared_ptr<alloc::Allocator> prev;
              if (!t_previous_routes.empty()) {
                prev = std::move(t_previous_routes.back());

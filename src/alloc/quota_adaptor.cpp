@@ -41,6 +41,14 @@ QuotaAdaptor::QuotaAdaptor(std::shared_ptr<Allocator> upstream, QuotaOptions opt
 
 QuotaAdaptor::~QuotaAdaptor() = default;
 
+namespace {
+// The whole MiB a quota needs to hold `in_use` and `charge` more.
+std::size_t serving_mib(std::size_t in_use, std::size_t charge) {
+  const std::size_t mib = std::size_t{1} << 20;
+  return in_use / mib + (charge + in_use % mib + mib - 1) / mib;
+}
+}  // namespace
+
 void* QuotaAdaptor::do_allocate(std::size_t size, Stream stream) {
   Impl& m = *impl_;
   const std::size_t g = m.options.granularity;
@@ -72,7 +80,10 @@ void* QuotaAdaptor::do_allocate(std::size_t size, Stream stream) {
       throw QuotaExceeded(info, "pool '" + m.options.name + "' would exceed its quota: requested " +
                                     format_bytes(size) + " with " + format_bytes(in_use) +
                                     " in use of its quota of " + format_bytes(m.options.quota) +
-                                    " (" + numbers + ")");
+                                    " (" + numbers + "); to change: a quota of at least " +
+                                    std::to_string(serving_mib(in_use, charge)) + " MiB (pools:[" +
+                                    m.options.name + ":" +
+                                    std::to_string(serving_mib(in_use, charge)) + ",...])");
     }
     m.used += charge;
     m.in_flight += charge;

@@ -144,3 +144,40 @@ TEST(PoolsConfig, ARefusalSaysWhereTheFreeMemoryIsAndTheQuotaThatServes) {
 
 }  // namespace
 }  // namespace modelmem::config
+
+namespace modelmem::config {
+namespace {
+
+struct Kinds final : alloc::Listener {
+  std::vector<std::pair<alloc::EventKind, std::uint32_t>> seen;
+  void on_event(const alloc::Event& e) noexcept override { seen.emplace_back(e.kind, e.pool); }
+  std::size_t count(alloc::EventKind k, std::uint32_t pool) const {
+    std::size_t n = 0;
+    for (const auto& [kind, p] : seen) n += kind == k && p == pool;
+    return n;
+  }
+};
+
+// A listener of a stack with pools (MemoryLogger's way in) sees every allocation, free and
+// refusal made inside a pool, with the pool, for every strategy a pool can be.
+TEST(PoolsConfig, AListenerSeesAllocationsFreesAndOomsInsidePools) {
+  for (const char* strategy : {"caching", "planned", "static"}) {
+    Built b = build(parse_config(std::string("strategy:") + strategy +
+                                 ",pools:[a:16],default_pool:a"));
+    Kinds kinds;
+    b.allocator->set_listener(&kinds);
+    alloc::push_pool(*b.allocator, "a");
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(b.allocator->allocate(kMiB));
+    EXPECT_THROW(b.allocator->allocate(64 * kMiB), QuotaExceeded) << strategy;
+    for (void* p : blocks) b.allocator->deallocate(p);
+    alloc::pop_pool();
+    b.allocator->set_listener(nullptr);
+    EXPECT_EQ(kinds.count(alloc::EventKind::kAlloc, 1), 4u) << strategy;
+    EXPECT_EQ(kinds.count(alloc::EventKind::kFree, 1), 4u) << strategy;
+    EXPECT_EQ(kinds.count(alloc::EventKind::kOom, 1), 1u) << strategy;
+  }
+}
+
+}  // namespace
+}  // namespace modelmem::config

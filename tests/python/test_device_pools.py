@@ -86,5 +86,5 @@ def test_pool_with_nothing_to_route_says_what_it_needs():
     r = run_python("import modelmem\nwith modelmem.pool('bert', quota=1 << 20):\n    pass\n",
                    env={"MODELMEM_ALLOC_CONF": ""})
     assert r.returncode != 0
-    assert "call modelmem.torch.use_cpu_allocator() first, or load libmodelmem_npu_alloc.so" in \
-        r.stderr
+    assert "call modelmem.torch.use_cpu_allocator() first, run the program under `modelmem run` " \
+        "(the preload), or load libmodelmem_npu_alloc.so" in r.stderr

@@ -292,3 +292,45 @@ def test_npu_allocator_hands_torch_npu_the_library_and_its_functions(tmp_path):
     assert "config error:" in out and "bogus_key" in out
     assert "libmodelmem_npu_alloc.so modelmem_npu_alloc modelmem_npu_free " \
            "device:npu,strategy:caching" in out
+
+
+@needs_torch
+def test_memory_logger_records_allocations_frees_and_ooms_inside_pools():
+    # The configuration's pools (the router's) and a pool made here with a quota: inside each,
+    # every allocation, free and refusal is logged with the pool (the configuration's pools
+    # logged only their stack's segments, a pool made here no refusal).
+    out = check("""
+        import torch, modelmem, modelmem.torch as mt
+        mt.use_cpu_allocator("strategy:caching,pools:[a:16]")
+        with modelmem.MemoryLogger() as log:
+            with modelmem.pool("a"):
+                x = torch.empty(1 << 20)         # 4 MiB
+                try:
+                    torch.empty(8 << 20)         # 32 MiB: over a's 16 MiB
+                except RuntimeError as e:
+                    assert "to change:" in str(e), e
+                del x
+        got = [(e["event"], e["pool"], e["size"]) for e in log.events()
+               if e["event"] in ("alloc", "free", "oom")]
+        assert got == [("alloc", "a", 4 << 20), ("oom", "a", 32 << 20), ("free", "a", 4 << 20)], got
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+    out = check("""
+        import torch, modelmem, modelmem.torch as mt
+        mt.use_cpu_allocator("strategy:caching")
+        with modelmem.MemoryLogger() as log:
+            with modelmem.pool("side", quota=8 << 20):
+                x = torch.empty(1 << 20)
+                try:
+                    torch.empty(2 << 20)         # 8 MiB more: over the quota
+                except RuntimeError:
+                    pass
+                del x
+        got = [(e["event"], e["pool"], e["size"]) for e in log.events()
+               if e["event"] in ("alloc", "free", "oom")]
+        assert got == [("alloc", "side", 4 << 20), ("oom", "side", 8 << 20),
+                       ("free", "side", 4 << 20)], got
+        print("ok")
+    """)
+    assert out.strip() == "ok"
