@@ -210,9 +210,40 @@ class Importer {
     }
   }
 
+  static std::string dims_error(const std::vector<std::pair<std::string, std::string>>& unbound,
+                                const std::vector<std::string>& unknown,
+                                const std::set<std::string>& seen) {
+    std::string why;
+    if (unbound.size() == 1) {
+      why = fmt::format("{} '{}' is not bound (use --dim {}=VALUE)", unbound[0].second,
+                        unbound[0].first, unbound[0].first);
+    } else if (!unbound.empty()) {
+      std::string where, use;
+      for (const auto& [name, at] : unbound) {
+        where += fmt::format("{}'{}' ({})", where.empty() ? "" : ", ", name, at);
+        use += fmt::format("{}--dim {}=VALUE", use.empty() ? "" : " ", name);
+      }
+      why = fmt::format("{} dims are not bound: {} (use {})", unbound.size(), where, use);
+    }
+    if (!unknown.empty()) {
+      std::string flags, names, known;
+      for (const auto& u : unknown) {
+        flags += fmt::format("{}--dim {}", flags.empty() ? "" : ", ", u);
+        names += fmt::format("{}'{}'", names.empty() ? "" : ", ", u);
+      }
+      for (const auto& d : seen) known += (known.empty() ? "" : ", ") + d;
+      why += fmt::format("{}{}: the model's inputs have no dim named {} (they have: {})",
+                         why.empty() ? "" : "; ", flags, names, known.empty() ? "none" : known);
+    }
+    return why;
+  }
+
+  // Binds every named input dim to its --dim value. Everything wrong is said in one error: each
+  // unbound dim (with where it first appears) and each --dim that names no dim of the model.
   void bind_dims() {
     auto* g = model_.mutable_graph();
     std::set<std::string> seen;
+    std::vector<std::pair<std::string, std::string>> unbound;  // name, where
     for (auto& input : *g->mutable_input()) {
       if (initializers_.count(input.name())) continue;  // IR < 4 lists weights as inputs too
       if (!input.type().has_tensor_type())
@@ -231,23 +262,23 @@ class Importer {
           fail(fmt::format("graph input '{}': dim {} is unknown (neither a value nor a name)",
                            input.name(), i));
         const std::string param = dim->dim_param();
-        seen.insert(param);
+        const bool first = seen.insert(param).second;
         auto it = options_.dims.find(param);
-        if (it == options_.dims.end())
-          fail(fmt::format("graph input '{}': dim {} '{}' is not bound (use --dim {}=VALUE)",
-                           input.name(), i, param, param));
+        if (it == options_.dims.end()) {
+          if (first)
+            unbound.emplace_back(param, fmt::format("graph input '{}': dim {}", input.name(), i));
+          continue;
+        }
         dim->set_dim_value(it->second);
         bound_[param] = it->second;
       }
     }
-    for (const auto& [name, value] : options_.dims) {
-      if (!seen.count(name) && !options_.ignore_unknown_dims) {
-        std::string known;
-        for (const auto& s : seen) known += (known.empty() ? "" : ", ") + s;
-        fail(fmt::format("--dim {}: the model's inputs have no dim named '{}' (they have: {})",
-                         name, name, known.empty() ? "none" : known));
-      }
-    }
+    std::vector<std::string> unknown;
+    if (!options_.ignore_unknown_dims)
+      for (const auto& [name, value] : options_.dims)
+        if (!seen.count(name)) unknown.push_back(name);
+    if (!unbound.empty() || !unknown.empty()) fail(dims_error(unbound, unknown, seen));
+
     // Inference recomputes intermediate shapes; the declared outputs keep their bound dims and
     // drop the names nobody bound (inference fills them in).
     g->clear_value_info();

@@ -151,6 +151,29 @@ TEST(BadInput, UnboundAndUnknownDims) {
             (std::vector<std::int64_t>{3, 16}));
 }
 
+// Everything wrong with the dims is said at once: a decoder with three unbound dims and a typo
+// took three runs, and the typo was never named.
+TEST(BadInput, EveryUnboundDimAndEveryUnknownDimInOneError) {
+  ModelBuilder b;
+  b.input("ids", {std::string("batch"), std::string("seq")})
+      .input("mask", {std::string("batch"), std::string("total")})
+      .output("Y");
+  b.node("Relu", {"ids"}, {"Y"});
+  std::string msg = error_of([&] { b.load(); });
+  EXPECT_HAS(msg,
+             "3 dims are not bound: 'batch' (graph input 'ids': dim 0), 'seq' (graph input "
+             "'ids': dim 1), 'total' (graph input 'mask': dim 1) (use --dim batch=VALUE "
+             "--dim seq=VALUE --dim total=VALUE)");
+  msg = error_of([&] { b.load({{{"btach", 1}, {"seq", 8}}}); });
+  EXPECT_HAS(msg, "2 dims are not bound: 'batch' (graph input 'ids': dim 0), 'total'");
+  EXPECT_HAS(msg,
+             "; --dim btach: the model's inputs have no dim named 'btach' (they have: batch, "
+             "seq, total)");
+  msg = error_of([&] { b.load({{{"batch", 1}, {"seq", 8}, {"total", 8}, {"sq", 2}, {"x", 1}}}); });
+  EXPECT_EQ(msg.find("not bound"), std::string::npos) << msg;
+  EXPECT_HAS(msg, "--dim sq, --dim x: the model's inputs have no dim named 'sq', 'x'");
+}
+
 TEST(BadInput, ShapeThatCannotSettle) {
   ModelBuilder b;
   b.input("X", {2, 16}).input("S", {2}, onnx::TensorProto::INT64).output("Y");
