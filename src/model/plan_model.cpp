@@ -208,9 +208,17 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
     for (const auto& [name, value] : dp.plans.back().graph.dims) ++used[name];
   }
   for (const auto& [name, count] : used)
-    if (count == 0)
+    if (count == 0) {
+      std::set<std::string> known;
+      for (const ModelPlan& mp : dp.plans)
+        for (const auto& [dim, value] : mp.graph.dims) known.insert(dim);
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
       throw InvalidInput(
-          fmt::format("--dim {}: none of the models has a dim named '{}'", name, name));
+          fmt::format("--dim {}: none of the models has a dim named '{}' (they "
+                      "have: {})",
+                      name, name, list.empty() ? "none" : list));
+    }
   std::set<std::string> taken;
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const ModelPlan& mp = dp.plans[i];

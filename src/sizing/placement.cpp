@@ -296,9 +296,16 @@ Placement place(const std::vector<ModelSpec>& models, const std::vector<Device>&
         for (const auto& [b, n] : by_kind)
           used = used ||
                  std::find(n.dims_bound.begin(), n.dims_bound.end(), dim) != n.dims_bound.end();
-      if (!used)
+      if (!used) {
+        std::set<std::string> known;
+        for (const auto& by_kind : needs)
+          for (const auto& [b, n] : by_kind) known.insert(n.dims_bound.begin(), n.dims_bound.end());
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
         throw InvalidInput(
-            fmt::format("--dim {}: none of the models has a dim named '{}'", dim, dim));
+            fmt::format("--dim {}: none of the models has a dim named '{}' (they have: {})", dim,
+                        dim, list.empty() ? "none" : list));
+      }
     }
   return pack_needs(models, std::move(needs), devices, options);
 }
