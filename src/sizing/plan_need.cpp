@@ -60,7 +60,9 @@ ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
 
 std::string render_text(const ModelNeed& mn, const model::TextOptions& options) {
   const PoolNeed& n = mn.need;
-  std::string out = model::render_text(mn.plan, options);
+  model::TextOptions with_need = options;
+  with_need.need = n.need;  // the seed preset's comparison is with the need line below
+  std::string out = model::render_text(mn.plan, with_need);
   out += fmt::format(
       "need           {} on {}: the {} allocation sequence (weights and {} inferences, {} "
       "requests{}) run through the pool `modelmem run` builds; {} MiB does not serve it\n",

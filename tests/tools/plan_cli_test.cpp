@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli_test.hpp"
+#include "modelmem/core/bytes.hpp"
 
 namespace fs = std::filesystem;
 
@@ -51,6 +52,22 @@ class PlanCli : public CliTest {
     return std::stoull(digits);
   }
 };
+
+// The seed preset is compared with the need the report prints below it, not with another figure.
+TEST_F(PlanCli, TheSeedPresetIsComparedWithTheNeedLine) {
+  CliRun r = tool("plan " + model("resnet50.onnx") + " --dim batch=1 --safety 1.2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::size_t need = field(r.out, "need ");
+  const std::string seed = r.out.substr(r.out.find("seed preset"));
+  const std::size_t provisioned = field(seed.substr(seed.find(" = ")), " =");
+  ASSERT_GT(need, 0u);
+  const std::size_t x = seed.find("x the need below, " + modelmem::format_bytes(need) + ")");
+  ASSERT_NE(x, std::string::npos) << seed;
+  const std::size_t open = seed.rfind('(', x);
+  EXPECT_NEAR(std::stod(seed.substr(open + 1, x - open - 1)),
+              static_cast<double>(provisioned) / static_cast<double>(need), 0.05)
+      << seed;
+}
 
 TEST_F(PlanCli, TinyReportsIdealEagerAndTotal) {
   // tiny.onnx (models/make_models.py): the in-place reuse of the static runtime halves the
