@@ -176,6 +176,11 @@ class Publisher {
     if (failed_) return false;
     std::int64_t pid = getpid();
     std::uint64_t uid = geteuid();
+    try {
+      (void)segment_name(uid, pid);  // a bad MODELMEM_MONITOR_NAMESPACE: one line, nothing published
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
     std::size_t bytes = segment_bytes(effective_.capacity);
     if (owner_pid_ == 0 && !reclaimed_) {
       // Every publisher removes the segments of this user's dead processes (killed by a

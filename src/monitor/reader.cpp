@@ -192,6 +192,7 @@ std::optional<ProcessSnapshot> read_segment_file(const std::string& path, std::s
 
 Scan scan(const ScanOptions& options) {
   Scan out;
+  const std::string prefix = options.prefix.empty() ? segment_prefix() : options.prefix;
   int dir_fd = open(options.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
     out.notes.push_back(options.directory + ": cannot open: " + std::strerror(errno));
@@ -202,7 +203,7 @@ Scan scan(const ScanOptions& options) {
   if (dir != nullptr) {
     while (dirent* e = readdir(dir)) {
       std::string n = e->d_name;
-      if (n.rfind(kSegmentPrefix, 0) == 0) names.push_back(n);
+      if (n.rfind(prefix, 0) == 0) names.push_back(n);
     }
     closedir(dir);
   }

@@ -4,11 +4,15 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 
 namespace modelmem::monitor {
@@ -207,7 +211,20 @@ std::string segment_name(std::uint64_t uid, std::int64_t pid) {
   } else {
     user = "u" + std::to_string(uid);
   }
-  return "/" + std::string(kSegmentPrefix) + user + "." + std::to_string(pid);
+  return "/" + segment_prefix() + user + "." + std::to_string(pid);
+}
+
+std::string segment_prefix() {
+  const char* ns = std::getenv("MODELMEM_MONITOR_NAMESPACE");
+  if (ns == nullptr || *ns == '\0') return kSegmentPrefix;
+  const std::string name = ns;
+  const bool ok = name.size() <= 32 && std::all_of(name.begin(), name.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                  });
+  if (!ok)
+    throw InvalidInput("MODELMEM_MONITOR_NAMESPACE='" + core::printable(name) +
+                       "': expected 1 to 32 of A-Z a-z 0-9 _ -");
+  return "modelmem_" + name + ".";
 }
 
 std::uint64_t wall_clock_ns() noexcept {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "modelmem/alloc/system_allocator.hpp"
+#include "modelmem/core/error.hpp"
 #include "modelmem/monitor/publisher.hpp"
 #include "modelmem/monitor/reader.hpp"
 #include "modelmem/monitor/segment.hpp"
@@ -430,6 +431,43 @@ TEST(Safety, ALiveSegmentTruncatedOrRemovedUnderItsOwnerKillsNobodyAndComesBack)
   ASSERT_TRUE(WIFEXITED(end.status)) << "killed by signal " << WTERMSIG(end.status);
   EXPECT_EQ(WEXITSTATUS(end.status), 0) << end.err;
   EXPECT_EQ(end.err, "");
+}
+
+// MODELMEM_MONITOR_NAMESPACE: a namespace's readers see its own processes only, the default
+// readers none of them, and a bad name is refused with the variable named.
+TEST(Safety, ANamespaceSeesOnlyItsOwnProcesses) {
+  Folder dir;
+  const std::int64_t me = getpid();
+  put(dir.path / (std::string(kSegmentPrefix) + "tester." + std::to_string(me)),
+      segment_of(me, geteuid(), 1));
+  unsetenv("MODELMEM_MONITOR_NAMESPACE");
+  EXPECT_EQ(segment_prefix(), "modelmem.");
+  setenv("MODELMEM_MONITOR_NAMESPACE", "docs-1", 1);
+  EXPECT_EQ(segment_prefix(), "modelmem_docs-1.");
+  EXPECT_EQ(segment_name(geteuid(), 42).rfind("/modelmem_docs-1.", 0), 0u);
+  ScanOptions o;
+  o.directory = dir.path.string();
+  o.clean_stale = false;
+  EXPECT_TRUE(scan(o).processes.empty());  // the default namespace's process is not seen
+  put(dir.path / ("modelmem_docs-1.tester." + std::to_string(me)), segment_of(me, geteuid(), 2));
+  Scan in = scan(o);
+  ASSERT_EQ(in.processes.size(), 1u);
+  EXPECT_EQ(in.processes[0].pools.size(), 2u);
+  unsetenv("MODELMEM_MONITOR_NAMESPACE");
+  Scan out = scan(o);
+  ASSERT_EQ(out.processes.size(), 1u);
+  EXPECT_EQ(out.processes[0].pools.size(), 1u);  // the namespace's process is not seen
+  for (const char* bad : {"a b", "x/y", "123456789012345678901234567890123"}) {
+    setenv("MODELMEM_MONITOR_NAMESPACE", bad, 1);
+    try {
+      segment_prefix();
+      ADD_FAILURE() << bad;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("MODELMEM_MONITOR_NAMESPACE="), std::string::npos)
+          << e.what();
+    }
+  }
+  unsetenv("MODELMEM_MONITOR_NAMESPACE");
 }
 
 }  // namespace

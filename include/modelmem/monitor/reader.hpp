@@ -18,6 +18,8 @@ struct ScanOptions {
   std::optional<std::int64_t> pid;     ///< only this process
   bool clean_stale = true;             ///< remove segments of dead processes (ours only)
   std::string directory = "/dev/shm";  ///< where POSIX shared memory lives (Linux)
+  /// Names read: "" = segment_prefix() (this process's namespace, MODELMEM_MONITOR_NAMESPACE).
+  std::string prefix;
   /// How long to wait for a write in progress. A write takes microseconds; only a writer
   /// descheduled half-way (a loaded machine) takes longer, and then a short wait would skip a
   /// live process as torn.

@@ -82,6 +82,11 @@ std::size_t segment_bytes(std::size_t capacity) noexcept;
 std::string segment_name(std::uint64_t uid, std::int64_t pid);
 /// The prefix every segment name starts with (without the leading slash, as in /dev/shm).
 inline constexpr const char* kSegmentPrefix = "modelmem.";
+/// The prefix of this process's namespace: kSegmentPrefix, or with MODELMEM_MONITOR_NAMESPACE=NAME
+/// (1 to 32 of [A-Za-z0-9_-]) "modelmem_NAME.": processes publish there and `info` / `top` read
+/// there only, so a namespace sees its own processes and nobody else's (a test's, a container's).
+/// Throws InvalidInput, naming the variable, for another value.
+std::string segment_prefix();
 
 /// Writes snapshots into a segment's memory under the sequence lock (the publisher's private
 /// image of it, which it copies into the file). Not thread-safe: one writer.
