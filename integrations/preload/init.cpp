@@ -100,6 +100,10 @@ void initialise() noexcept {
       // thread writes.
       g_recorder = new trace::Recorder(std::size_t{1} << 16);
       start_trace(trace);
+      // Says in the trace that this device has no virtual memory, so that analyze advises no
+      // expandable segments a run here would not get (it falls back to fixed-size segments).
+      if (stack->built.device && !stack->built.device->probe_virtual_memory().supported)
+        g_recorder->mark("device_no_vmm");
       g_alloc->set_listener(g_recorder);
     }
     if (const char* r = std::getenv("MODELMEM_REPORT"); r != nullptr && std::strcmp(r, "1") == 0)

@@ -61,8 +61,11 @@ void* PlannedAllocator::do_allocate(std::size_t size, Stream stream) {
   }
   if (m.options.auto_steps) {
     auto crossed = m.auto_boundary(rounded);
-    if (crossed.ended) emit_mark("step_end");
-    if (crossed.began) emit_mark("step_begin");
+    // Labelled apart from the program's own marks: a trace of this run then says that the
+    // program marked no steps, and its replay (or analyze's advice) finds them itself, as this
+    // run did, instead of following marks a run of the advice would never see.
+    if (crossed.ended) emit_mark("step_end_auto");
+    if (crossed.began) emit_mark("step_begin_auto");
   }
   if (!m.in_step) {
     m.pstats.unplanned++;

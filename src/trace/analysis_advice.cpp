@@ -201,6 +201,14 @@ void advise_reserved(const State& state, Analysis& a, const AnalyzeOptions& opti
                    format_bytes(r.in_empty_ranges - r.dead_cached)),
        {}},
   };
+  // Recorded where the device has no virtual memory (`modelmem run`'s host memory marks its
+  // traces so): expandable segments would fall back to fixed-size segments there, so they are
+  // not advised; the causes are still named.
+  bool no_vm = false;
+  for (const TraceEvent& e : state.trace.events)
+    no_vm = no_vm || (e.kind == alloc::EventKind::kMark && e.label == "device_no_vmm");
+  if (no_vm)
+    for (Cause& c : causes) std::erase(c.keys, std::string("expandable_segments:True"));
   std::stable_sort(causes.begin(), causes.end(),
                    [](const Cause& x, const Cause& y) { return x.bytes > y.bytes; });
   std::string text;
@@ -213,6 +221,10 @@ void advise_reserved(const State& state, Analysis& a, const AnalyzeOptions& opti
       if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   }
   if (text.empty()) text = "no single cause (the reserved ranges are fully used)";
+  if (no_vm)
+    text +=
+        "; expandable segments are not advised: the trace was recorded on a device without "
+        "virtual memory, where they fall back to fixed-size segments";
   Advice advice{"reserved",
                 fmt::format("Reserved memory peaks at {} with {} of it live at that moment and {} "
                             "unused; that is {:.2f}x the trace's peak live {}. Causes, largest "

@@ -106,10 +106,10 @@ void write_perfetto_json(const Trace& trace, std::ostream& out) {
                         {"ts", us(e.time_ns)},
                         {"pid", 1},
                         {"tid", e.thread}});
-      if (e.label == "step_begin") {
+      if (e.label == "step_begin" || e.label == "step_begin_auto") {
         step_begin = e.time_ns;
         in_step = true;
-      } else if (e.label == "step_end" && in_step) {
+      } else if ((e.label == "step_end" || e.label == "step_end_auto") && in_step) {
         events.push_back({{"name", "step " + std::to_string(step++)},
                           {"ph", "X"},
                           {"ts", us(step_begin)},

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "modelmem/device/host.hpp"
+#include "modelmem/trace/analysis.hpp"
 
 namespace {
 
@@ -134,6 +135,32 @@ TEST_F(Preload, HugePagesForTheArenaCanBeTurnedOff) {
   EXPECT_NE(r.out.find("arena pages       4 KiB pages (planned_huge_pages:False)"),
             std::string::npos)
       << r.out;
+}
+
+// A fixed-shape loop that marks no steps, recorded under modelmem run and analyzed: the advice is
+// what a run gets. Steps the arena finds itself (planned_steps:auto: the preload's own step
+// marks are labelled apart from a program's), one kind of step (no "sizes vary"), no expandable
+// segments (the preload's host memory has no virtual memory); and run, the planned advice plans.
+TEST_F(Preload, AnalyzesAdviceForAnUnmarkedLoopIsWhatARunGets) {
+  const std::string trace = temp_path("advice.csv");
+  Result r = run(preload_env("strategy:planned") + " MODELMEM_TRACE=" + trace, kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const modelmem::trace::Analysis a = modelmem::trace::analyze_file(trace);
+  std::remove(trace.c_str());
+  EXPECT_FALSE(a.steps_from_marks);
+  EXPECT_EQ(a.groups.size(), 1u);
+  ASSERT_FALSE(a.advice.empty());
+  std::string planned;
+  for (const auto& advice : a.advice) {
+    EXPECT_NE(advice.topic, "buckets") << advice.message;
+    EXPECT_EQ(advice.config.find("expandable_segments"), std::string::npos) << advice.config;
+    EXPECT_EQ(advice.config.find("planned_steps:marked"), std::string::npos) << advice.config;
+    if (advice.config.rfind("strategy:planned", 0) == 0) planned = advice.config;
+  }
+  ASSERT_EQ(planned, "strategy:planned,planned_steps:auto");
+  r = run(preload_env(planned) + " MODELMEM_REPORT=1", kCheck + " steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(number_after(r.out, "hits"), 6 * 200) << r.out;
 }
 
 TEST_F(Preload, WritesATraceInTheTraceFormat) {
