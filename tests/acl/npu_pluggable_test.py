@@ -796,7 +796,9 @@ class NpuPluggable(unittest.TestCase):
         self.assertIn("to change: the device is full", r.stdout)
         r = self.check("child_pools", MODELMEM_ALLOC_CONF="device:npu,pools:[bert:200,resnet:100]",
                        MODELMEM_VERBOSE="1")
-        self.assertIn("to change: raise the pool's quota in pools:[...]", r.stderr)
+        # Each pool's refusal gives the quota that serves its request (150 + 100, 80 + 30 MiB).
+        self.assertIn("to change: a quota of at least 250 MiB (pools:[bert:250,...])", r.stderr)
+        self.assertIn("to change: a quota of at least 110 MiB (pools:[resnet:110,...])", r.stderr)
 
     def test_mindspore(self):
         self.check("child_mindspore")
