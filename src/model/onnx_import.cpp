@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "model/complete_shapes.hpp"
+#include "model/dims_error.hpp"
 #include "model/fold.hpp"
 #include "model/fold_value.hpp"
 #include "modelmem/core/error.hpp"
@@ -210,34 +211,6 @@ class Importer {
     }
   }
 
-  static std::string dims_error(const std::vector<std::pair<std::string, std::string>>& unbound,
-                                const std::vector<std::string>& unknown,
-                                const std::set<std::string>& seen) {
-    std::string why;
-    if (unbound.size() == 1) {
-      why = fmt::format("{} '{}' is not bound (use --dim {}=VALUE)", unbound[0].second,
-                        unbound[0].first, unbound[0].first);
-    } else if (!unbound.empty()) {
-      std::string where, use;
-      for (const auto& [name, at] : unbound) {
-        where += fmt::format("{}'{}' ({})", where.empty() ? "" : ", ", name, at);
-        use += fmt::format("{}--dim {}=VALUE", use.empty() ? "" : " ", name);
-      }
-      why = fmt::format("{} dims are not bound: {} (use {})", unbound.size(), where, use);
-    }
-    if (!unknown.empty()) {
-      std::string flags, names, known;
-      for (const auto& u : unknown) {
-        flags += fmt::format("{}--dim {}", flags.empty() ? "" : ", ", u);
-        names += fmt::format("{}'{}'", names.empty() ? "" : ", ", u);
-      }
-      for (const auto& d : seen) known += (known.empty() ? "" : ", ") + d;
-      why += fmt::format("{}{}: the model's inputs have no dim named {} (they have: {})",
-                         why.empty() ? "" : "; ", flags, names, known.empty() ? "none" : known);
-    }
-    return why;
-  }
-
   // Binds every named input dim to its --dim value. Everything wrong is said in one error: each
   // unbound dim (with where it first appears) and each --dim that names no dim of the model.
   void bind_dims() {
@@ -277,7 +250,7 @@ class Importer {
     if (!options_.ignore_unknown_dims)
       for (const auto& [name, value] : options_.dims)
         if (!seen.count(name)) unknown.push_back(name);
-    if (!unbound.empty() || !unknown.empty()) fail(dims_error(unbound, unknown, seen));
+    if (!unbound.empty() || !unknown.empty()) fail(detail::dims_error(unbound, unknown, seen));
 
     // Inference recomputes intermediate shapes; the declared outputs keep their bound dims and
     // drop the names nobody bound (inference fills them in).

@@ -162,8 +162,8 @@ struct Kinds final : alloc::Listener {
 // refusal made inside a pool, with the pool, for every strategy a pool can be.
 TEST(PoolsConfig, AListenerSeesAllocationsFreesAndOomsInsidePools) {
   for (const char* strategy : {"caching", "planned", "static"}) {
-    Built b = build(parse_config(std::string("strategy:") + strategy +
-                                 ",pools:[a:16],default_pool:a"));
+    Built b =
+        build(parse_config(std::string("strategy:") + strategy + ",pools:[a:16],default_pool:a"));
     Kinds kinds;
     b.allocator->set_listener(&kinds);
     alloc::push_pool(*b.allocator, "a");
