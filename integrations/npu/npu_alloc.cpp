@@ -161,11 +161,18 @@ MODELMEM_EXPORT void modelmem_npu_free(void* ptr, size_t /*size*/, int device, v
 }
 
 /// set_init_fn: called with the number of devices when torch_npu initialises the allocator.
-/// Checks the configuration and the runtime early (a problem is reported once, on stderr);
-/// stacks are still built at each device's first allocation.
+/// Checks the runtime early (a problem is reported once, on stderr) and prints the notes of
+/// torch_npu keys mapped to modelmem's behaviour; a configuration that cannot build is reported
+/// by the first allocation, as torch_npu reports it. Stacks are built at each device's first
+/// allocation.
 MODELMEM_EXPORT void modelmem_npu_init(int device_count) {
   try {
-    config::parse_config(read_environment().text);
+    try {
+      config::parse_config(read_environment().text);
+    } catch (const InvalidInput&) {
+      // A configuration torch_npu would refuse fails where torch_npu fails: at the first
+      // allocation, which says why (once here too would say it twice).
+    }
     device::AclAvailability a = device::acl_availability();
     if (!a.available)
       std::fprintf(stderr, "modelmem: %s\n", a.reason.c_str());
