@@ -163,6 +163,7 @@ TorchNpuConf read_torch_npu_conf(std::string_view text, const std::string& varia
     bool kept = false;
     for (const char* k : kKept) kept = kept || e.key == k;
     if (kept) {
+      if (e.key == "expandable_segments") check_value(variable, e.key, "bool", e.value);
       if (expandable && (e.key == "max_split_size_mb" || e.key == "garbage_collection_threshold"))
         throw InvalidInput(variable +
                            ": `max_split_size_mb` or `garbage_collection_threshold`, cannot be "

@@ -111,6 +111,11 @@ TEST(TorchNpuConf, WhatTorchNpuRefusesIsRefusedWithItsReason) {
   EXPECT_NE(npu_error_of("segment_size_mb:10").find("[20, 512]"), std::string::npos);
   EXPECT_NE(npu_error_of("multi_stream_lazy_reclaim:yes").find("expected True or False"),
             std::string::npos);
+  // torch_npu (c10) takes True or False only, not modelmem's other spellings.
+  EXPECT_NE(npu_error_of("expandable_segments:true")
+                .find("expandable_segments:true: torch_npu "
+                      "refuses it too (expected True or False)"),
+            std::string::npos);
   EXPECT_NE(npu_error_of("bogus:1").find("unknown key 'bogus' (torch_npu refuses it too; keys: "
                                          "expandable_segments"),
             std::string::npos);
