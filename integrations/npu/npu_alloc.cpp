@@ -113,8 +113,9 @@ void* allocate_on(int device, std::size_t size, void* stream) {
   if (a == nullptr) {
     // The first failure printed why the stack cannot be built; every later NULL says so too
     // (torch_npu does not check the pointer, so a silent NULL surfaces far from its cause).
-    static std::atomic<bool> first{true};
-    const bool built_now = first.exchange(false) && last_error.rfind("no allocator for", 0) == 0;
+    static auto* said = new std::atomic<bool>[kMaxDevices]();  // per device; never destroyed
+    const bool built_now = device >= 0 && device < kMaxDevices && !said[device].exchange(true) &&
+                           last_error.rfind("no allocator for", 0) == 0;
     if (!built_now) std::fprintf(stderr, "modelmem: %s\n", last_error.c_str());
     return nullptr;
   }
