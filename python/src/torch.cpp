@@ -549,13 +549,17 @@ PyTorch's out-of-memory error (a RuntimeError) naming the pool and the quota.)")
                    p->name));
              }
              if (p->allocator) {
-               t_previous_routes.push_back(current_route());
                if (p->router) {
-                 alloc::push_pool(*p->router, p->name);
-                 route(nullptr);  // the installed router, with this thread's selection
-               } else {
-                 route(p->allocator);
+                 try {
+                   alloc::push_pool(*p->router, p->name);
+                 } catch (...) {
+                   pop_device_pools();
+                   throw;
+                 }
                }
+               t_previous_routes.push_back(current_route());
+               // The router's own pool: the installed router, with this thread's selection.
+               route(p->router ? nullptr : p->allocator);
              }
              return p;
            })
