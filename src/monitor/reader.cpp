@@ -71,6 +71,7 @@ struct FileRead {
   bool torn = false;
   bool removable = false;  // a regular file of ours (or we are root)
   std::string note;
+  std::string torn_name;  // a torn segment's process name (written once, at its creation)
 };
 
 FileRead read_file(int dir_fd, const std::string& name, const std::string& shown,
@@ -152,6 +153,14 @@ FileRead read_file(int dir_fd, const std::string& name, const std::string& shown
   }
   out.torn = r.torn;
   out.note = shown + ": " + r.problem;
+  if (r.torn && !foreign) {
+    // A writer killed between its sequence words leaves the segment torn for good; its
+    // identity (pid, process name) was written when it was made and never changes, so the
+    // copy still names the process for the stale report.
+    copy[seq_offset / 8] &= ~std::uint64_t{1};
+    ReadResult id = read_segment(copy.data(), bytes, 0);
+    if (id.snapshot) out.torn_name = id.snapshot->process_name;
+  }
   return out;
 }
 
@@ -224,7 +233,7 @@ Scan scan(const ScanOptions& options) {
       // garbage or truncated, it goes.
       bool gone = kill(static_cast<pid_t>(*name_pid), 0) != 0 && errno == ESRCH;
       if (gone && r.removable) {
-        StaleSegment s{"/" + name, *name_pid, "",
+        StaleSegment s{"/" + name, *name_pid, r.torn_name,
                        r.torn ? "process is gone (segment torn mid-write)"
                               : "process is gone (segment unreadable)"};
         if (options.clean_stale) s.removed = unlinkat(dir_fd, name.c_str(), 0) == 0;

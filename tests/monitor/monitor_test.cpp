@@ -418,6 +418,8 @@ TEST(Scan, RemovesSegmentsOfDeadProcesses) {
     EXPECT_EQ(st.pid, dead);
     EXPECT_TRUE(st.removed);
     EXPECT_NE(st.why.find("gone"), std::string::npos);
+    // A writer killed mid-update leaves it torn; the name it was made with still shows.
+    EXPECT_EQ(st.process_name, "proc") << st.segment;
   }
   EXPECT_FALSE(fs::exists(dir.path / name));
   EXPECT_FALSE(fs::exists(dir.path / torn_name));
