@@ -196,7 +196,7 @@ TEST(PlaceNeed, EachPlacedContainersConfServesItsModelAndALargerBatchIsRefused) 
   ModelSpec bert = onnx("bert_base.onnx", {{"batch", 4}, {"seq", 128}}, model::Runtime::kEager);
   ModelSpec tiny = onnx("tiny.onnx", {{"n", 512}});
   tiny.strategy = "static";
-  const std::vector<Device> devices = parse_devices("1x700MiB:cpu");
+  const std::vector<Device> devices = parse_devices("1x800MiB:cpu");
   const Placement pl = place({r50, bert, tiny}, devices);
   ASSERT_TRUE(pl.fits()) << render_text(pl);
   const std::size_t device_mib = devices[0].bytes / kMiB;
