@@ -5,7 +5,7 @@ Runs ResNet-50 (batch 1 and 8) and a BERT-base encoder (batch 1, seq 128) with r
 under glibc malloc, jemalloc, tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem
 caching and modelmem planned arena (libmodelmem_preload.so; alone, with small requests going to
 glibc, and composed with mimalloc or tcmalloc preloaded after it), and the same models exported to
-ONNX under onnxruntime-node as a reference.
+ONNX under Python's onnxruntime (default allocator settings) as a reference.
 
 Method. One worker process per configuration stays alive for a model, plus a noise-floor
 worker: allocation-free compute (a matrix product and a vector addition into tensors allocated
@@ -23,12 +23,11 @@ same round), with a 95% bootstrap interval over rounds; then modelmem's paired r
 each peer and the planned arena's p99/p50 against the floor's. Last, OS memory calls per
 steady-state inference (strace).
 
-Usage (from the repository root, after building and, in bench/e2e,
-`ONNXRUNTIME_NODE_INSTALL=skip npm install`):
-  /usr/bin/python3 bench/e2e/bench.py --build build [--budget 840] [--out results.md]
+Usage (from the repository root, after building; the project environment has torch and
+onnxruntime; with an interpreter without onnxruntime, pass --no-ort or --ort-python):
+  .venv/bin/python bench/e2e/bench.py --build build [--budget 840] [--out results.md]
 Smoke test (a minute):
-  /usr/bin/python3 bench/e2e/bench.py --models resnet50_b1 --min-n 10 --no-strace --no-ort \\
-      --budget 30
+  .venv/bin/python bench/e2e/bench.py --models resnet50_b1 --min-n 10 --no-strace --budget 30
 --budget counts the timed rounds only (start-up, warm-up, calibration and strace come on top);
 what a model leaves of its share goes to the models after it.
 """
@@ -207,6 +206,31 @@ def model_worker(name):
     with torch.inference_mode():
         ready()
         serve(lambda: model(x))
+
+
+def ort_worker(name, onnx_path):
+    """ONNX Runtime on the model's ONNX export, through the same line protocol: one session with
+    the default allocator settings (CPU arena, memory patterns), THREADS intra-op threads,
+    spinning as OMP_WAIT_POLICY lets PyTorch's threads spin (off when PASSIVE)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    kind, batch, _, _ = MODELS[name]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    spin = os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE"
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    if kind == "resnet50":
+        x = (np.sin(np.arange(batch * 3 * 224 * 224, dtype=np.float64)) * 0.5).astype(
+            np.float32).reshape(batch, 3, 224, 224)
+    else:
+        x = ((np.arange(batch * 128, dtype=np.int64) * 7919) % 30522).reshape(batch, 128)
+    feeds = {"input": x}
+    ready()
+    serve(lambda: session.run(None, feeds))
 
 
 def floor_worker():
@@ -463,10 +487,8 @@ def bench_model(name, cfgs, args, budget_s, say):
         onnx_path = os.path.join(args.tmp, f"{name}.onnx")
         if not os.path.exists(onnx_path):
             export_onnx(name, onnx_path)
-        spin = "0" if Worker.omp_wait_policy == "PASSIVE" else "1"
-        argv = ["node", os.path.join(HERE, "ort_worker.js"), onnx_path, kind, str(batch),
-                str(THREADS), "0", spin]
-        workers.append(Worker("onnxruntime-node", argv, {},
+        argv = [args.ort_python or sys.executable, me, "--worker", name, "--ort", onnx_path]
+        workers.append(Worker("onnxruntime", argv, {},
                               os.path.join(args.tmp, f"{name}_ort.err")))
     floor = Worker(FLOOR, [sys.executable, me, "--worker", "floor"], {},
                    os.path.join(args.tmp, f"{name}_floor.err"))
@@ -611,7 +633,10 @@ def main():
                     help="OMP_WAIT_POLICY of every worker; default: unset (use PASSIVE when "
                          "other jobs run)")
     ap.add_argument("--tmp", default=os.path.join(HERE, ".work"))
-    ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--no-ort", action="store_true", help="leave out the onnxruntime worker")
+    ap.add_argument("--ort-python",
+                    help="interpreter with onnxruntime for its worker (default: this one)")
+    ap.add_argument("--ort", help=argparse.SUPPRESS)  # worker: the ONNX file it runs
     ap.add_argument("--no-strace", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -629,6 +654,9 @@ def main():
             os.sched_setaffinity(0, others)
     if args.worker == "floor":
         floor_worker()
+        return
+    if args.worker and args.ort:
+        ort_worker(args.worker, args.ort)
         return
     if args.worker:
         model_worker(args.worker)
