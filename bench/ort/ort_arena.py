@@ -23,7 +23,8 @@ repository root, after building (build/modelmem, build/integrations/preload/):
       all of the above for each model and batch, beside `modelmem plan`'s ideal arena and its
       need on strategy:caching; prints a markdown table.
 
-  ort_arena.py faults [--reps 10] [--steps 30] [--out FILE]
+  ort_arena.py faults [--reps 10] [--steps 20] [--warmup 8] [--fault-settings default,arena=0]
+                     [--out FILE]
       ResNet-50 batch 1 under ONNX Runtime (default settings, 2 intra-op threads) under plain
       glibc, `modelmem run` (default) and `modelmem run --conf strategy:planned,...` with step
       marks (modelmem_step_begin/end through ctypes), ABAB interleaved: minor and major faults
@@ -287,10 +288,10 @@ def zoo(args):
 
 # ----------------------------------------------------------------------------- faults
 
-def fault_worker(path, steps, warmup, marks):
+def fault_worker(path, steps, warmup, marks, setting):
     import numpy as np
 
-    sess = session(path, "default", threads=2)
+    sess = session(path, setting, threads=2)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
     lib = ctypes.CDLL(None)
     begin = getattr(lib, "modelmem_step_begin", None) if marks else None
@@ -339,14 +340,18 @@ def faults(args):
     worker = [sys.executable, __file__, "fault-worker", onnx_path, str(args.steps),
               str(args.warmup)]
     # `modelmem run` alone is strategy:planned with steps found from the request pattern; the
-    # marked one calls modelmem_step_begin/end around each session.run.
-    configs = [("glibc", worker + ["0"]),
-               ("modelmem run (planned, auto steps)", [mm, "run", "--"] + worker + ["0"]),
-               ("modelmem run planned, marked steps",
-                [mm, "run", "--conf", "strategy:planned,planned_steps:marked", "--"]
-                + worker + ["1"]),
-               ("modelmem run caching", [mm, "run", "--conf", "strategy:caching", "--"]
-                + worker + ["0"])]
+    # marked one calls modelmem_step_begin/end around each session.run. ORT's default keeps its
+    # own arena (its steady steps ask malloc for nothing large); with arena=0 every step asks
+    # malloc for its memory-pattern block, the output and the kernels' scratch.
+    configs = []
+    for setting in args.fault_settings.split(","):
+        configs += [
+            (f"{setting}: glibc", worker + ["0", setting]),
+            (f"{setting}: modelmem run (planned, auto steps)",
+             [mm, "run", "--"] + worker + ["0", setting]),
+            (f"{setting}: modelmem run planned, marked steps",
+             [mm, "run", "--conf", "strategy:planned,planned_steps:marked", "--"]
+             + worker + ["1", setting])]
     lines = []
 
     def say(text=""):
@@ -355,7 +360,7 @@ def faults(args):
 
     say(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs; "
-        f"ResNet-50 b1, ORT default settings, 2 intra-op threads; {args.reps} repetitions "
+        f"ResNet-50 b1, 2 intra-op threads; {args.reps} repetitions "
         f"(ABAB: every configuration once per repetition, order rotated), {args.warmup} "
         f"warm-up + {args.steps} timed steps each")
     res = {label: [] for label, _ in configs}
@@ -368,9 +373,9 @@ def faults(args):
     say("| configuration | minor faults/step | major faults/step | p50 ms | p99 ms | "
         "p50 / glibc (95 % CI) | p99 / glibc (95 % CI) |")
     say("|---|---|---|---|---|---|---|")
-    base = res["glibc"]
     for label, _ in configs:
         r = res[label]
+        base = res[label.split(":")[0] + ": glibc"]
         p50 = [pct(x["lat_ns"], 50) / 1e6 for x in r]
         p99 = [pct(x["lat_ns"], 99) / 1e6 for x in r]
         b50 = [pct(x["lat_ns"], 50) / 1e6 for x in base]
@@ -383,7 +388,9 @@ def faults(args):
     say()
     say("What the planned arena saw (one more run of each, `modelmem run --report`):")
     say()
-    for label, cmd in configs[1:3]:
+    for label, cmd in configs:
+        if "modelmem" not in label:
+            continue
         r = run(cmd[:2] + ["--report"] + cmd[2:])
         keep = [ln.strip() for ln in r.stderr.splitlines()
                 if re.match(r"\s+(large requests|steps|steps planned|no plan|hits|misses|"
@@ -405,8 +412,8 @@ def main():
     elif len(argv) == 3 and argv[0] == "measure":
         for s, v in measure(argv[1], argv[2].split(",")).items():
             print(s, *v["runs"], v["all"], v["held"], v["session"])
-    elif len(argv) == 5 and argv[0] == "fault-worker":
-        fault_worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1")
+    elif len(argv) == 6 and argv[0] == "fault-worker":
+        fault_worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", argv[5])
     elif argv and argv[0] in ("zoo", "faults"):
         ap = argparse.ArgumentParser(prog=f"ort_arena.py {argv[0]}")
         ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -417,8 +424,9 @@ def main():
         ap.add_argument("--size", type=int, default=224)
         ap.add_argument("--settings", default=",".join(SETTINGS))
         ap.add_argument("--reps", type=int, default=10)
-        ap.add_argument("--steps", type=int, default=30)
-        ap.add_argument("--warmup", type=int, default=10)
+        ap.add_argument("--steps", type=int, default=20)
+        ap.add_argument("--warmup", type=int, default=8)
+        ap.add_argument("--fault-settings", default="default,arena=0")
         args = ap.parse_args(argv[1:])
         (zoo if argv[0] == "zoo" else faults)(args)
     else:
