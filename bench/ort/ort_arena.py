@@ -6,7 +6,8 @@ repository root, after building (build/modelmem, build/integrations/preload/):
 
   ort_arena.py export MODEL OUT.onnx [SIZE]
       torchvision's MODEL with random weights (kept: ONNX Runtime runs it), eval mode, opset
-      13, batch a symbolic dim `batch`, legacy exporter (dynamo=False).
+      13, batch a symbolic dim `batch`, legacy exporter (dynamo=False), with PyTorch's
+      multi-head-attention fast path off (ORT_ARENA_MHA_FASTPATH=1 keeps it: ViT then fails).
 
   ort_arena.py infer OUT.onnx BATCH SIZE SETTING[,SETTING...]
       for each SETTING, one ONNX Runtime session (one intra-op thread) and RUNS inferences;
@@ -68,6 +69,9 @@ def export(name, out, size):
     import torch
     import torchvision
 
+    # nn.MultiheadAttention's inference fast path (aten::_native_multi_head_attention, taken
+    # under no_grad in eval mode) has no ONNX symbolic: ViT fails to export with it.
+    torch.backends.mha.set_fastpath_enabled(os.environ.get("ORT_ARENA_MHA_FASTPATH") == "1")
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, weights=None).eval()
     x = torch.randn(1, 3, size, size)
