@@ -472,7 +472,7 @@ def calibrate_floor(workers, floor, ref, chunk, lead_in):
 def bench_model(name, cfgs, args, budget_s, say):
     """Runs one model under every configuration, interleaved; returns the seconds its timed
     rounds took."""
-    kind, batch, warmup, chunk = MODELS[name]
+    _, batch, warmup, chunk = MODELS[name]
     if args.chunk:
         chunk = args.chunk
     warmup = args.warmup if args.warmup is not None else warmup

@@ -4,9 +4,9 @@
 Run with the project environment (.venv: torch 2.x, torchvision, onnxruntime), from the
 repository root, after building (build/modelmem, build/integrations/preload/):
 
-  ort_arena.py export MODEL OUT.onnx [SIZE]
+  ort_arena.py export MODEL OUT.onnx [SIZE [OPSET]]
       torchvision's MODEL with random weights (kept: ONNX Runtime runs it), eval mode, opset
-      13, batch a symbolic dim `batch`, legacy exporter (dynamo=False), with PyTorch's
+      OPSET (13; `zoo` takes 14 for a model that needs it: SDPA in ViT), batch a symbolic dim `batch`, legacy exporter (dynamo=False), with PyTorch's
       multi-head-attention fast path off (ORT_ARENA_MHA_FASTPATH=1 keeps it: ViT then fails).
 
   ort_arena.py infer OUT.onnx BATCH SIZE SETTING[,SETTING...]
@@ -26,11 +26,13 @@ repository root, after building (build/modelmem, build/integrations/preload/):
 
   ort_arena.py faults [--reps 10] [--steps 20] [--warmup 8] [--fault-settings default,arena=0]
                      [--out FILE]
-      ResNet-50 batch 1 under ONNX Runtime (default settings, 2 intra-op threads) under plain
-      glibc, `modelmem run` (default) and `modelmem run --conf strategy:planned,...` with step
-      marks (modelmem_step_begin/end through ctypes), ABAB interleaved: minor and major faults
-      per steady step (getrusage in the child after warm-up), p50 and p99 latency; medians
-      over repetitions with 95 % bootstrap intervals of their ratio to glibc.
+      ResNet-50 batch 1 under ONNX Runtime (2 intra-op threads; each of --fault-settings:
+      ORT's defaults and its CPU arena off) under plain glibc, `modelmem run` (its default:
+      strategy:planned, automatic steps) and `modelmem run --conf
+      strategy:planned,planned_steps:marked` with step marks (modelmem_step_begin/end through
+      ctypes), ABAB interleaved: minor and major faults per steady step (getrusage in the
+      child after warm-up), p50 and p99 latency; medians over repetitions with 95 % bootstrap
+      intervals of their ratio to glibc; then what the planned arena saw (--report).
 
 Settings (ORT's SessionOptions): `default` (optimisation ORT_ENABLE_ALL, memory patterns on,
 CPU arena on, arena extension kNextPowerOfTwo), and `key=value` changes joined by `+`:
@@ -49,7 +51,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,7 +66,7 @@ MODELS = ["resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "densenet12
 
 # ----------------------------------------------------------------------------- export
 
-def export(name, out, size):
+def export(name, out, size, opset=13):
     import torch
     import torchvision
 
@@ -76,7 +77,7 @@ def export(name, out, size):
     model = torchvision.models.get_model(name, weights=None).eval()
     x = torch.randn(1, 3, size, size)
     with torch.no_grad():
-        torch.onnx.export(model, (x,), out, opset_version=13, input_names=["input"],
+        torch.onnx.export(model, (x,), out, opset_version=opset, input_names=["input"],
                           output_names=["output"],
                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
                           do_constant_folding=True, dynamo=False)
@@ -240,12 +241,26 @@ def zoo(args):
     whole = []
     for name in args.models.split(","):
         onnx_path = os.path.join(args.tmp, f"{name}_{args.size}.onnx")
+        label = name
+        if os.path.exists(onnx_path + ".opset"):  # exported at another opset by an earlier run
+            with open(onnx_path + ".opset") as f:
+                label = f"{name} (opset {f.read().strip()})"
         if not os.path.exists(onnx_path):
-            try:
-                run([py, __file__, "export", name, onnx_path, str(args.size)])
-            except subprocess.CalledProcessError as e:
-                err = [ln for ln in (e.stderr or "").strip().splitlines() if ln.strip()]
-                say(f"| {name} | - | export failed: {err[-1][:200] if err else e} |")
+            err = None
+            for opset in (13, 14):
+                try:
+                    run([py, __file__, "export", name, onnx_path, str(args.size), str(opset)])
+                    if opset != 13:
+                        label = f"{name} (opset {opset})"
+                        with open(onnx_path + ".opset", "w") as f:
+                            f.write(f"{opset}\n")
+                    err = None
+                    break
+                except subprocess.CalledProcessError as e:
+                    err = [ln for ln in (e.stderr or "").strip().splitlines() if ln.strip()]
+                    err = err[-1][:200] if err else str(e)
+            if err:
+                say(f"| {name} | - | export failed: {err} |")
                 continue
         for batch in [int(b) for b in args.batches.split(",")]:
             ideal, weights, need = plan_figures(build, onnx_path, batch)
@@ -256,7 +271,7 @@ def zoo(args):
                      onnx_path, str(batch), str(args.size), ",".join(settings)])
             except subprocess.CalledProcessError as e:
                 err = [ln for ln in (e.stderr or "").strip().splitlines() if ln.strip()]
-                say(f"| {name} | {batch} | ORT failed: {err[-1][:200] if err else e} |")
+                say(f"| {label} | {batch} | ORT failed: {err[-1][:200] if err else e} |")
                 continue
             m = measure(trace, settings)
             os.unlink(trace)
@@ -267,9 +282,9 @@ def zoo(args):
             if "arena=0" in m:
                 v = m["arena=0"]["runs"][-1] + inp
                 steady = f"{mib(v)} ({v / ideal:.2f})"
-            say(f"| {name} | {batch} | {mib(ideal)} | " + " | ".join(cells) + f" | {steady} |")
+            say(f"| {label} | {batch} | {mib(ideal)} | " + " | ".join(cells) + f" | {steady} |")
             d = m[settings[0]]
-            whole.append(f"| {name} | {batch} | {mib(weights)} | {mib(need)} | {mib(d['held'])} "
+            whole.append(f"| {label} | {batch} | {mib(weights)} | {mib(need)} | {mib(d['held'])} "
                          f"| {mib(d['held'] + d['all'] + inp)} "
                          f"({(d['held'] + d['all'] + inp) / need:.2f}) | {mib(d['session'])} |")
     say()
@@ -396,7 +411,7 @@ def faults(args):
         if "modelmem" not in label:
             continue
         r = run(cmd[:2] + ["--report"] + cmd[2:])
-        keep = [ln.strip() for ln in r.stderr.splitlines()
+        keep = [" ".join(ln.split()) for ln in r.stderr.splitlines()
                 if re.match(r"\s+(large requests|steps|steps planned|no plan|hits|misses|"
                             r"arena size|peak live)\b", ln)]
         say(f"- {label}: " + "; ".join(keep))
@@ -410,7 +425,8 @@ def faults(args):
 def main():
     argv = sys.argv[1:]
     if len(argv) >= 3 and argv[0] == "export":
-        export(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else 224)
+        export(argv[1], argv[2], int(argv[3]) if len(argv) > 3 else 224,
+               int(argv[4]) if len(argv) > 4 else 13)
     elif len(argv) == 5 and argv[0] == "infer":
         infer(argv[1], int(argv[2]), int(argv[3]), argv[4].split(","))
     elif len(argv) == 3 and argv[0] == "measure":

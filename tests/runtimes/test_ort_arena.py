@@ -3,7 +3,7 @@ runtimes.ort_arena): ResNet-18 at 64x64, batch 1 and 4, one ORT session with mem
 and the CPU arena off (so each of ORT's buffers is one malloc), recorded with `modelmem run
 --trace` (bench/ort/ort_arena.py). ORT's steady inference (the third: the first records the
 memory pattern) is one block of the pattern's size plus the graph output; with the input it must
-lie within [0.9, 1.3] x the ideal arena (1.15-1.17 measured here on ORT 1.32: ORT's pattern
+lie within [0.9, 1.3] x the ideal arena (1.16-1.17 measured here on ORT 1.32: ORT's pattern
 planner places buffers first-fit in the order they come, where plan's is the exact solver)."""
 import os
 import re
