@@ -1,10 +1,11 @@
 """ONNX Runtime's own activation memory against `modelmem plan`'s ideal arena (CTest
 runtimes.ort_arena): ResNet-18 at 64x64, batch 1 and 4, one ORT session with memory patterns on
-and the CPU arena off (so each of ORT's buffers is one malloc), recorded with `modelmem run
---trace` (bench/ort/ort_arena.py). ORT's steady inference (the third: the first records the
+and the CPU arena off (so ORT asks malloc for its blocks, where the trace sees them), recorded
+with `modelmem run --trace` (bench/ort/ort_arena.py). ORT's steady inference (the third: the first records the
 memory pattern) is one block of the pattern's size plus the graph output; with the input it must
 lie within [0.9, 1.3] x the ideal arena (1.16-1.17 measured here on ORT 1.32: ORT's pattern
-planner places buffers first-fit in the order they come, where plan's is the exact solver)."""
+planner places each buffer as it comes in the best-fitting free gap, where plan lays out all
+at once)."""
 import os
 import re
 import subprocess
