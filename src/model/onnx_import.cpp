@@ -20,6 +20,7 @@
 #include "model/fold.hpp"
 #include "model/fold_value.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/graph.hpp"
 
 namespace modelmem::model {
@@ -60,7 +61,7 @@ class Importer {
 
   void parse(std::string_view bytes) {
     if (bytes.size() > static_cast<std::size_t>(INT_MAX))
-      fail("model larger than 2 GiB: keep the weights in external data files");
+      fail("model larger than 2 GiB - 1: keep the weights in external data files");
     if (!model_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       fail("not an ONNX model (protobuf parse failed: the file is truncated or of another kind)");
     if (!model_.has_graph() || model_.ir_version() <= 0 || model_.opset_import_size() == 0)
@@ -504,16 +505,8 @@ Graph load_onnx_bytes(std::string_view bytes, const std::string& source,
 }
 
 Graph load_onnx(const std::string& path, const LoadOptions& options) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(status))
-    throw InvalidInput(fmt::format("{}: is a directory, not an ONNX model file", path));
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw InvalidInput(fmt::format("{}: not a regular file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InvalidInput(fmt::format("{}: read error", path));
+  // A file past protobuf's 2 GiB is refused by its size, before a byte of it is read.
+  const std::string bytes = core::read_input_file(path, "ONNX model", core::kMaxModelInput);
   std::string dir = std::filesystem::path(path).parent_path().string();
   return load_onnx_bytes(bytes, path, dir.empty() ? "." : dir, options);
 }

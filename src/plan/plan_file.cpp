@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 
 namespace modelmem::plan {
 namespace {
@@ -258,12 +259,7 @@ PlanSizes parse_plan_sizes(std::string_view json, const std::string& name) {
 }
 
 PlanSizes read_plan_sizes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(path + ": cannot read plan file: " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw InvalidInput(path + ": cannot read plan file");
-  return parse_plan_sizes(buf.str(), path);
+  return parse_plan_sizes(core::read_input_file(path, "plan", core::kMaxPlanInput), path);
 }
 
 }  // namespace modelmem::plan

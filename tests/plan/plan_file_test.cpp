@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -98,8 +100,24 @@ TEST(PlanFile, ReadsFiles) {
     FAIL();
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot open: no such plan file"), std::string::npos);
   }
+  // A FIFO (it would block) and a device (it would never end): refused at once, unread.
+  const std::string fifo =
+      ::testing::TempDir() + "plan_file_test_fifo_" + std::to_string(::getpid());
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [p, what] :
+       {std::pair{fifo, std::string("a FIFO")},
+        std::pair{std::string("/dev/zero"), std::string("a character device")}}) {
+    try {
+      read_plan_sizes(p);
+      ADD_FAILURE() << p;
+    } catch (const InvalidInput& e) {
+      EXPECT_EQ(std::string(e.what()), p + ": is " + what + ", not a plan file");
+    }
+  }
+  std::remove(fifo.c_str());
   EXPECT_THROW((PlanSizes{SIZE_MAX, 1}.total()), InvalidInput);
 }
 
