@@ -53,4 +53,18 @@ TEST_F(InputFilesCli, EveryReaderRefusesAFifoAndDevZero) {
   }
 }
 
+// A plan whose buffers overlap while both live: `config` refuses it before it builds the pool.
+TEST_F(InputFilesCli, ConfigRefusesAPlanThatBreaksItsPromise) {
+  const auto plan = write("overlap.json", R"({"format": "modelmem-plan", "version": 1,
+    "arena_bytes": 1536, "weights_bytes": 0, "buffers": [
+    {"id": "a", "size": 1024, "alignment": 1, "start": 0, "end": 2, "offset": 0},
+    {"id": "b", "size": 1024, "alignment": 1, "start": 1, "end": 3, "offset": 512}]})");
+  const CliRun r = run_bounded("config strategy:static,plan:" + plan.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "modelmem: error: " + plan.string() +
+                       ": plan file: buffers 'a' [0, 1024) and 'b' [512, 1536) overlap in address "
+                       "while both live in [1, 2)\n");
+}
+
 }  // namespace
