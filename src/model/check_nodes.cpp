@@ -67,6 +67,35 @@ void check_at_least(const onnx::NodeProto& node, const char* name, std::int64_t 
                                list(Ints(a->ints().begin(), a->ints().end())), a->ints(k), k, why));
 }
 
+// The window's sums in 64 bits, which ONNX makes without a check (a pad of 2^63 - 1 wrapped to a
+// small dim): each spatial dim with its pads, and each kernel dim dilated. `kernel` may be empty
+// (not known yet).
+void check_window_sums(const onnx::NodeProto& node, const Ints& x, const Ints& kernel) {
+  const std::size_t spatial = x.size() - 2;
+  const auto* pads = find_attribute(node, "pads");
+  const auto* dilations = find_attribute(node, "dilations");
+  for (std::size_t i = 0; i < spatial; ++i) {
+    std::int64_t sum = 0;
+    if (pads != nullptr && static_cast<std::size_t>(pads->ints_size()) == 2 * spatial &&
+        (__builtin_add_overflow(x[2 + i], pads->ints(static_cast<int>(i)), &sum) ||
+         __builtin_add_overflow(sum, pads->ints(static_cast<int>(i + spatial)), &sum)))
+      refuse(node, fmt::format("attribute 'pads': dim {} of input '{}' ({}) padded by {} and {} "
+                               "overflows 64 bits",
+                               2 + i, node.input(0), x[2 + i], pads->ints(static_cast<int>(i)),
+                               pads->ints(static_cast<int>(i + spatial))));
+    const std::int64_t d =
+        dilations != nullptr && static_cast<std::size_t>(dilations->ints_size()) == spatial
+            ? dilations->ints(static_cast<int>(i))
+            : 1;
+    std::int64_t extent = 0;
+    if (i < kernel.size() && (__builtin_mul_overflow(kernel[i] - 1, d, &extent) ||
+                              __builtin_add_overflow(extent, 1, &extent)))
+      refuse(node, fmt::format("attribute 'dilations': kernel dim {} ({}) dilated by {} overflows "
+                               "64 bits",
+                               i, kernel[i], d));
+  }
+}
+
 // Conv, ConvTranspose, the pools: attributes that divide, stride or repeat, and the weight's
 // rank, which ONNX's inference uses to index the input's dims.
 void check_window(const onnx::NodeProto& node, const KnownInputs& known) {
@@ -94,6 +123,10 @@ void check_window(const onnx::NodeProto& node, const KnownInputs& known) {
       refuse(node, fmt::format("attribute '{}' has {} values; input '{}' of rank {} needs {}", name,
                                a->ints_size(), node.input(0), x->size(), want));
   }
+  if (spatial >= 0) {
+    const auto* k = find_attribute(node, "kernel_shape");
+    check_window_sums(node, *x, k != nullptr ? Ints(k->ints().begin(), k->ints().end()) : Ints{});
+  }
   const int w_index = op == "QLinearConv" ? 3 : 1;
   const bool has_weight =
       op == "Conv" || op == "ConvTranspose" || op == "ConvInteger" || op == "QLinearConv";
@@ -108,6 +141,7 @@ void check_window(const onnx::NodeProto& node, const KnownInputs& known) {
     if ((*w)[d] < 1)
       refuse(node, fmt::format("weight '{}' {}: kernel dim {} is {}; a kernel must be at least 1",
                                w_name, list(*w), d, (*w)[d]));
+  check_window_sums(node, *x, Ints(w->begin() + 2, w->end()));
   if (x->size() < 2) return;
   const std::int64_t channels = (*x)[1];
   if (channels > 0 && channels % group != 0)
@@ -160,6 +194,12 @@ void check_shape_input(const onnx::NodeProto& node, int i, const KnownInputs& kn
   if (!v) return;
   if (v->is_real()) refuse(node, fmt::format("shape input '{}' is not integer", node.input(i)));
   const bool reshape = node.op_type() == "Reshape";
+  const auto* allowzero = reshape ? find_attribute(node, "allowzero") : nullptr;
+  if (allowzero != nullptr && allowzero->i() != 0 &&
+      std::count(v->ints.begin(), v->ints.end(), 0) > 0 &&
+      std::count(v->ints.begin(), v->ints.end(), -1) > 0)
+    refuse(node, fmt::format("shape input '{}' {} holds both 0 and -1 under allowzero",
+                             node.input(i), list(v->ints)));
   std::int64_t product = 1;
   int inferred = 0;
   for (std::size_t k = 0; k < v->ints.size(); ++k) {
@@ -198,6 +238,29 @@ void check_tile(const onnx::NodeProto& node, const KnownInputs& known) {
     if (__builtin_mul_overflow((*x)[k], r->ints[k], &out))
       refuse(node, fmt::format("dim {} of input '{}' ({}) x repeat {} overflows 64 bits", k,
                                node.input(0), (*x)[k], r->ints[k]));
+  }
+}
+
+// Pad: each dim with its pads (from the input since opset 11, else the attribute) fits 64 bits.
+void check_pad(const onnx::NodeProto& node, const KnownInputs& known) {
+  const Ints* x = dims_of(node, 0, known);
+  if (x == nullptr) return;
+  Ints pads;
+  std::string from = "attribute 'pads'";
+  if (const auto* a = find_attribute(node, "pads")) {
+    pads.assign(a->ints().begin(), a->ints().end());
+  } else if (const std::optional<Value> v = value_of(node, 1, known); v && !v->is_real()) {
+    pads = v->ints;
+    from = fmt::format("input '{}' (pads)", node.input(1));
+  }
+  if (pads.size() != 2 * x->size()) return;  // ONNX's inference names a wrong count
+  for (std::size_t k = 0; k < x->size(); ++k) {
+    std::int64_t sum = 0;
+    if (__builtin_add_overflow((*x)[k], pads[k], &sum) ||
+        __builtin_add_overflow(sum, pads[k + x->size()], &sum))
+      refuse(node, fmt::format("{}: dim {} of input '{}' ({}) padded by {} and {} overflows 64 "
+                               "bits",
+                               from, k, node.input(0), (*x)[k], pads[k], pads[k + x->size()]));
   }
 }
 
@@ -348,177 +411,12 @@ void check_node(const onnx::NodeProto& node, const KnownInputs& known) {
     check_shape_input(node, 0, known);
   else if (op == "Concat")
     check_concat(node, known);
+  else if (op == "Pad")
+    check_pad(node, known);
   else if (op == "Resize" || op == "Upsample")
     check_scales(node, known);
   else if (op == "Constant")
     check_constant(node);
-}
-
-void check_graph(const onnx::GraphProto& g) {
-  std::unordered_map<std::string, Ints> dims;
-  std::unordered_map<std::string, const TensorProto*> data;
-  auto add_dims = [&](const auto& infos) {
-    for (const auto& vi : infos) {
-      if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) continue;
-      Ints d;
-      for (const auto& dim : vi.type().tensor_type().shape().dim()) {
-        if (!dim.has_dim_value()) break;
-        d.push_back(dim.dim_value());
-      }
-      if (d.size() == static_cast<std::size_t>(vi.type().tensor_type().shape().dim_size()))
-        dims.emplace(vi.name(), std::move(d));
-    }
-  };
-  for (const auto& t : g.initializer()) {
-    dims.emplace(t.name(), Ints(t.dims().begin(), t.dims().end()));
-    data.emplace(t.name(), &t);
-  }
-  add_dims(g.input());
-  add_dims(g.value_info());
-  add_dims(g.output());
-  for (const auto& node : g.node())
-    if (node.op_type() == "Constant" && node.output_size() == 1)
-      for (const auto& a : node.attribute())
-        if (a.name() == "value" && a.has_t()) data.emplace(node.output(0), &a.t());
-  const KnownInputs known{[&](const std::string& name) -> const Ints* {
-                            auto it = dims.find(name);
-                            return it == dims.end() ? nullptr : &it->second;
-                          },
-                          [&](const std::string& name) -> const TensorProto* {
-                            auto it = data.find(name);
-                            return it == data.end() ? nullptr : it->second;
-                          }};
-  for (const auto& node : g.node()) check_node(node, known);
-}
-
-HiddenValues::HiddenValues(onnx::GraphProto& g) : graph_(g) {
-  std::set<std::string> inputs;
-  for (const auto& in : g.input()) inputs.insert(in.name());
-  auto* list = g.mutable_initializer();
-  for (const auto& t : *list) order_.push_back(t.name());
-  for (int i = list->size(); i-- > 0;) {
-    if (has_values(list->Get(i))) continue;
-    list->SwapElements(i, list->size() - 1);
-    hidden_.emplace_back(list->ReleaseLast());
-    const TensorProto& t = *hidden_.back();
-    if (inputs.count(t.name())) continue;  // IR < 4 lists weights as inputs too
-    auto* tt = g.add_input();
-    tt->set_name(t.name());
-    auto* type = tt->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(t.data_type());
-    auto* shape = type->mutable_shape();
-    for (auto d : t.dims()) shape->add_dim()->set_dim_value(d);
-    ++added_inputs_;
-  }
-}
-
-void HiddenValues::restore() {
-  for (; added_inputs_ > 0; --added_inputs_) graph_.mutable_input()->RemoveLast();
-  auto* list = graph_.mutable_initializer();
-  for (auto& t : hidden_) list->AddAllocated(t.release());
-  hidden_.clear();
-  std::unordered_map<std::string, std::size_t> rank;
-  for (std::size_t i = 0; i < order_.size(); ++i) rank.emplace(order_[i], i);
-  auto rank_of = [&](const TensorProto* t) {
-    auto it = rank.find(t->name());
-    return it == rank.end() ? rank.size() : it->second;
-  };
-  std::stable_sort(
-      list->pointer_begin(), list->pointer_end(),
-      [&](const TensorProto* a, const TensorProto* b) { return rank_of(a) < rank_of(b); });
-}
-
-namespace {
-
-thread_local std::string t_problem;
-
-bool checked_operator(const std::string& op) {
-  static const std::set<std::string> ops{
-      "Conv",        "ConvTranspose", "ConvInteger",     "QLinearConv", "MaxPool",
-      "AveragePool", "LpPool",        "MaxUnpool",       "Range",       "Tile",
-      "Expand",      "Reshape",       "ConstantOfShape", "Concat",      "Resize",
-      "Upsample"};
-  return ops.count(op) > 0;
-}
-
-// Runs check_node on what an inference context holds; false (the problem in t_problem) when the
-// node fails it.
-bool check_context(const std::string& op, onnx::InferenceContext& ctx) {
-  onnx::NodeProto node;
-  node.set_op_type(op);
-  node.add_output("?");
-  const auto n = static_cast<int>(ctx.getNumInputs());
-  std::vector<std::optional<Ints>> dims(static_cast<std::size_t>(n));
-  std::unordered_map<std::string, int> index;
-  for (int i = 0; i < n; ++i) {
-    node.add_input("input " + std::to_string(i));
-    index.emplace(node.input(i), i);
-    const onnx::TypeProto* t = ctx.getInputType(static_cast<std::size_t>(i));
-    if (t == nullptr || !t->has_tensor_type() || !t->tensor_type().has_shape()) continue;
-    Ints d;
-    for (const auto& dim : t->tensor_type().shape().dim())
-      if (dim.has_dim_value()) d.push_back(dim.dim_value());
-    if (d.size() == static_cast<std::size_t>(t->tensor_type().shape().dim_size()))
-      dims[static_cast<std::size_t>(i)] = std::move(d);
-  }
-  for (const char* name : {"strides", "kernel_shape", "dilations", "pads", "output_padding",
-                           "output_shape", "group", "axis"})
-    if (const onnx::AttributeProto* a = ctx.getAttribute(name)) *node.add_attribute() = *a;
-  const KnownInputs known{
-      [&](const std::string& name) -> const Ints* {
-        auto it = index.find(name);
-        if (it == index.end()) return nullptr;
-        const auto& d = dims[static_cast<std::size_t>(it->second)];
-        return d ? &*d : nullptr;
-      },
-      [&](const std::string& name) -> const TensorProto* {
-        auto it = index.find(name);
-        return it == index.end() ? nullptr : ctx.getInputData(static_cast<std::size_t>(it->second));
-      }};
-  try {
-    check_node(node, known);
-    return true;
-  } catch (const InvalidInput& e) {
-    if (t_problem.empty()) t_problem = e.what();
-    return false;
-  }
-}
-
-class CheckingRegistry final : public onnx::ISchemaRegistry {
- public:
-  const onnx::OpSchema* GetSchema(const std::string& key, const int version,
-                                  const std::string& domain) const override {
-    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(key, version, domain);
-    if (schema == nullptr || !(domain.empty() || domain == "ai.onnx") || !checked_operator(key) ||
-        !schema->has_type_and_shape_inference_function())
-      return schema;
-    std::lock_guard lock(mutex_);
-    auto& copy = wrapped_[schema];
-    if (!copy) {
-      copy = std::make_unique<onnx::OpSchema>(*schema);
-      copy->TypeAndShapeInferenceFunction(
-          [op = key,
-           infer = schema->GetTypeAndShapeInferenceFunction()](onnx::InferenceContext& ctx) {
-            if (check_context(op, ctx)) infer(ctx);
-          });
-    }
-    return copy.get();
-  }
-
- private:
-  mutable std::mutex mutex_;
-  mutable std::map<const onnx::OpSchema*, std::unique_ptr<onnx::OpSchema>> wrapped_;
-};
-
-}  // namespace
-
-const onnx::ISchemaRegistry& checking_registry() {
-  static const CheckingRegistry registry;
-  return registry;
-}
-
-std::string take_problem() {
-  return std::exchange(t_problem, std::string());
 }
 
 }  // namespace modelmem::model::detail

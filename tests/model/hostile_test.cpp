@@ -175,6 +175,37 @@ std::vector<Hostile> corpus() {
          return b;
        },
        {"node 'n' (MaxPool): attribute 'kernel_shape' has 3 values; input 'R' of rank 4 needs 2"}},
+      {"conv_pads_wrapping",
+       [] { return conv([](N& n) {
+              ints(n, "pads", {INT64_MAX, 0, INT64_MAX, 0});
+            }); },
+       {"node 'n' (Conv): attribute 'pads': dim 2 of input 'X' (8) padded by 9223372036854775807 "
+        "and 9223372036854775807 overflows 64 bits"}},
+      {"maxpool_dilation_wrapping",
+       [] {
+         return pool("MaxPool", [](N& n) {
+           ints(n, "kernel_shape", {3, 3});
+           ints(n, "dilations", {std::int64_t{1} << 62, 1});
+         });
+       },
+       {"node 'n' (MaxPool): attribute 'dilations': kernel dim 0 (3) dilated by "
+        "4611686018427387904 overflows 64 bits"}},
+      {"pad_wrapping",
+       [] {
+         ModelBuilder b;
+         b.input("X", {4, 8}).ints("pads", {0, INT64_MAX, 0, INT64_MAX}).output("Y");
+         b.node("Pad", {"X", "pads"}, {"Y"}, "pad");
+         return b;
+       },
+       {"node 'pad' (Pad): input 'pads' (pads): dim 1 of input 'X' (8) padded by "
+        "9223372036854775807 and 9223372036854775807 overflows 64 bits"}},
+      {"reshape_zero_and_minus_one",
+       [] {
+         ModelBuilder b = with_shape_input("Reshape", {0, -1});
+         ModelBuilder::int_attr(*b.proto().mutable_graph()->mutable_node(0), "allowzero", 1);
+         return b;
+       },
+       {"node 'n' (Reshape): shape input 'shape' [0, -1] holds both 0 and -1 under allowzero"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
