@@ -4,8 +4,9 @@
 // is freed. A corrupted or misaligned block, a crash or a hang fails the run. Every block is
 // checked against the alignment its strategy promises (256 bytes; 64 for strategy:system).
 //   alloc_stress [--seconds S] [--threads T] [--idle S] [--trim] [--conf STRING ...] [--libc]
-// Without --conf: every strategy (system, caching with and without the thread cache, static,
-// a static pool too small for the load, planned with automatic and with marked steps). Prints
+// Without --conf: every strategy (system, caching with and without the thread cache, expandable
+// segments, a pool whose quota the load overflows, static, a static pool too small for the load,
+// planned with automatic and with marked steps and with the direct fallback). Prints
 // one line per strategy; exits 1 on any corruption or misaligned block.
 // --libc: the same load through the C functions instead (malloc, calloc, realloc,
 // posix_memalign, aligned_alloc, memalign at alignments of 16 to 4096 bytes, each block checked
@@ -334,6 +335,8 @@ int main(int argc, char** argv) {
     confs = {"strategy:system",
              "strategy:caching",
              "strategy:caching,thread_cache_mb:4",
+             "strategy:caching,expandable_segments:True",
+             "strategy:caching,pools:[a:64],default_pool:a",  // a quota that overflows
              "strategy:static,static_pool_mb:1024",
              "strategy:static,static_pool_mb:32",  // overflows: refusals counted, none misaligned
              "strategy:planned",
