@@ -141,8 +141,8 @@ void check_window(const onnx::NodeProto& node, const KnownInputs& known) {
     if ((*w)[d] < 1)
       refuse(node, fmt::format("weight '{}' {}: kernel dim {} is {}; a kernel must be at least 1",
                                w_name, list(*w), d, (*w)[d]));
+  if (x->size() < 2) return;  // ONNX's inference refuses a window over fewer than 2 dims
   check_window_sums(node, *x, Ints(w->begin() + 2, w->end()));
-  if (x->size() < 2) return;
   const std::int64_t channels = (*x)[1];
   if (channels > 0 && channels % group != 0)
     refuse(node, fmt::format("attribute 'group' ({}) does not divide the {} channels of input '{}'",

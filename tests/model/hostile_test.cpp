@@ -206,6 +206,15 @@ std::vector<Hostile> corpus() {
          return b;
        },
        {"node 'n' (Reshape): shape input 'shape' [0, -1] holds both 0 and -1 under allowzero"}},
+      {"conv_rank_1",
+       [] {
+         ModelBuilder b;
+         b.input("X", {3}).weight("W", {4}).output("Y");
+         b.node("Conv", {"X", "W"}, {"Y"}, "n");
+         return b;
+       },
+       {"(op_type:Conv, node name: n): [ShapeInferenceError] Input tensor must have atleast 2 "
+        "dimensions"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
