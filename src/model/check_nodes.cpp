@@ -113,6 +113,16 @@ void check_window(const onnx::NodeProto& node, const KnownInputs& known) {
       refuse(node, fmt::format("attribute 'group' is {}; it must be at least 1", group));
   }
   const Ints* x = dims_of(node, 0, known);
+  if (op == "MaxUnpool") {  // ONNX reads the channels from the indices' dim 1
+    const Ints* indices = dims_of(node, 1, known);
+    if (indices != nullptr &&
+        (indices->size() < 2 || (x != nullptr && indices->size() != x->size())))
+      refuse(node,
+             fmt::format("indices '{}' have rank {}; they must have the rank of input '{}'{}, "
+                         "at least 2",
+                         node.input(1), indices->size(), node.input(0),
+                         x != nullptr ? fmt::format(" ({})", x->size()) : std::string()));
+  }
   if (x == nullptr) return;
   const auto spatial = static_cast<std::int64_t>(x->size()) - 2;
   for (const char* name : {"strides", "kernel_shape", "dilations", "pads", "output_padding"}) {

@@ -215,6 +215,15 @@ std::vector<Hostile> corpus() {
        },
        {"(op_type:Conv, node name: n): [ShapeInferenceError] Input tensor must have atleast 2 "
         "dimensions"}},
+      {"maxunpool_indices_rank_1",
+       [] {
+         ModelBuilder b;
+         b.input("X", {8, 1}).weight("I", {1}, onnx::TensorProto::INT64).output("Y");
+         b.node("Relu", {"X"}, {"R"}, "relu");
+         ModelBuilder::ints_attr(b.node("MaxUnpool", {"R", "I"}, {"Y"}, "n"), "kernel_shape", {});
+         return b;
+       },
+       {"node 'n' (MaxUnpool): indices 'I' have rank 1; they must have the rank of input 'R'"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
