@@ -62,6 +62,11 @@ std::optional<std::vector<Value>> evaluate(const onnx::NodeProto& node, int opse
     return one(make_ints({static_cast<std::int64_t>(vals.size())}, vals));
   }
   if (!all_known()) return std::nullopt;
+  // An omitted input ("") is absent, not known: only the optional ones may be (a ConstantOfShape
+  // whose shape was omitted dereferenced nothing).
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] == nullptr && !((op == "Slice" && i >= 3) || (op == "Squeeze" && i == 1)))
+      return std::nullopt;
   if (op == "Identity" || op == "Neg" || op == "Abs" || op == "Sqrt" || op == "Floor" ||
       op == "Ceil" || op == "Reciprocal" || op == "Not")
     return in.size() == 1 ? one(unary(op, *in[0])) : std::nullopt;

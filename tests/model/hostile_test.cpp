@@ -224,6 +224,14 @@ std::vector<Hostile> corpus() {
          return b;
        },
        {"node 'n' (MaxUnpool): indices 'I' have rank 1; they must have the rank of input 'R'"}},
+      {"constant_of_shape_omitted_input",
+       [] {
+         ModelBuilder b;
+         b.input("X", {1}).output("Y");
+         b.node("ConstantOfShape", {""}, {"Y"}, "fill");
+         return b;
+       },
+       {"tensor 'Y' (output of node 'fill' (ConstantOfShape))"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
