@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "model/check_nodes.hpp"
@@ -91,9 +92,18 @@ class Importer {
       if (it == opsets_.end())
         fail(fmt::format("{}: its domain '{}' is not imported by the model", node_label(node, i),
                          domain));
-      if (!onnx::OpSchemaRegistry::Schema(node.op_type(), it->second, domain))
+      const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), it->second, domain);
+      if (!schema)
         fail(fmt::format("{}: unknown operator '{}' (domain '{}', opset {})", node_label(node, i),
                          node.op_type(), domain.empty() ? "ai.onnx" : domain, it->second));
+      // ONNX's inference functions index inputs and outputs by position (a Split without outputs
+      // divided by zero): the counts the operator takes, before inference sees the node.
+      for (auto [count, least, most, what] :
+           {std::tuple{node.input_size(), schema->min_input(), schema->max_input(), "inputs"},
+            std::tuple{node.output_size(), schema->min_output(), schema->max_output(), "outputs"}})
+        if (count < least || count > most)
+          fail(fmt::format("{}: {} {}; the operator takes {} to {}", node_label(node, i), count,
+                           what, least, most));
     }
   }
 

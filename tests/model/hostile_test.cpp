@@ -232,6 +232,17 @@ std::vector<Hostile> corpus() {
          return b;
        },
        {"tensor 'Y' (output of node 'fill' (ConstantOfShape))"}},
+      {"split_without_outputs",
+       [] {
+         ModelBuilder b;
+         b.input("X", {8, 4}).output("R");
+         b.node("Relu", {"X"}, {"R"}, "relu");
+         b.proto().mutable_graph()->mutable_node(0)->set_name("relu");
+         onnx::NodeProto& split = b.node("Split", {"R"}, {"unused"}, "split");
+         split.clear_output();
+         return b;
+       },
+       {"node 'split' (Split): 0 outputs; the operator takes 1 to 2147483647"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
