@@ -371,13 +371,31 @@ std::string describe(const onnx::NodeProto& node) {
                      node.output_size() > 0 ? node.output(0) : std::string(), node.op_type());
 }
 
+// The field of TensorProto that holds a type's values, and how many it holds.
+std::pair<const char*, std::size_t> typed_field(const TensorProto& t) {
+  auto n = [](int size) { return static_cast<std::size_t>(size); };
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+    case TensorProto::COMPLEX64:
+      return {"float_data", n(t.float_data_size())};
+    case TensorProto::INT64:
+      return {"int64_data", n(t.int64_data_size())};
+    case TensorProto::DOUBLE:
+    case TensorProto::COMPLEX128:
+      return {"double_data", n(t.double_data_size())};
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
+      return {"uint64_data", n(t.uint64_data_size())};
+    case TensorProto::STRING:
+      return {"string_data", n(t.string_data_size())};
+    default:  // int32, the narrower integers, bool, float16, bfloat16
+      return {"int32_data", n(t.int32_data_size())};
+  }
+}
+
 bool has_values(const TensorProto& t) {
   if (t.has_data_location() && t.data_location() == TensorProto::EXTERNAL) return false;
-  if (t.has_raw_data()) return true;
-  if (t.float_data_size() + t.int32_data_size() + t.int64_data_size() + t.double_data_size() +
-          t.uint64_data_size() + t.string_data_size() >
-      0)
-    return true;
+  if (t.has_raw_data() || typed_field(t).second > 0) return true;
   for (auto d : t.dims())
     if (d == 0) return true;  // no element: nothing to hold
   return false;
@@ -394,6 +412,12 @@ std::string data_length_problem(const TensorProto& t, std::size_t bytes) {
     typed += static_cast<std::size_t>(n);
   std::string dims;
   for (auto d : t.dims()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  // Each type keeps its values in one field (onnx.proto); ONNX reads that field only, so values
+  // in another one are none to it (an int64 Range start in int32_data crashed its inference).
+  const auto [field, own] = typed_field(t);
+  if (typed != own)
+    return fmt::format("{} values in a field {} does not use (its values belong in {})",
+                       typed - own, dtype_name(t.data_type()), field);
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes)
       return fmt::format("dims [{}] of {} need {} bytes, but its raw data holds {} bytes", dims,

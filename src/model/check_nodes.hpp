@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace modelmem::model::detail {
@@ -68,7 +69,12 @@ std::string data_length_problem(const onnx::TensorProto& t, std::size_t bytes);
 /// Bytes per element of an ONNX element type; 0 for string and unknown types.
 std::size_t element_size_of(std::int32_t dtype);
 
-/// Whether the tensor's values are in it: embedded data, or no element at all.
+/// The field of TensorProto that holds the tensor type's values ("int64_data", ...) and how many
+/// it holds.
+std::pair<const char*, std::size_t> typed_field(const onnx::TensorProto& t);
+
+/// Whether the tensor's values are in it: embedded data (raw, or the field of its type), or no
+/// element at all.
 bool has_values(const onnx::TensorProto& t);
 
 }  // namespace modelmem::model::detail

@@ -243,6 +243,19 @@ std::vector<Hostile> corpus() {
          return b;
        },
        {"node 'split' (Split): 0 outputs; the operator takes 1 to 2147483647"}},
+      {"range_start_in_another_field",
+       [] {
+         ModelBuilder b;
+         b.input("X", {1}).ints("limit", {9}).ints("delta", {1}).output("Y");
+         auto* start = b.proto().mutable_graph()->add_initializer();
+         start->set_name("start");
+         start->set_data_type(onnx::TensorProto::INT64);
+         start->add_int32_data(1);  // int64 values belong in int64_data
+         b.node("Range", {"start", "limit", "delta"}, {"Y"}, "range");
+         return b;
+       },
+       {"initializer 'start': 1 values in a field int64 does not use (its values belong in "
+        "int64_data)"}},
       {"conv_strides_too_many",
        [] { return conv([](N& n) {
               ints(n, "strides", {1, 1, 1});
