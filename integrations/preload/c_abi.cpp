@@ -31,7 +31,8 @@ bool valid_alignment(std::size_t a) noexcept {
 
 void* aligned(std::size_t alignment, std::size_t size) noexcept {
   if (alignment <= kCacheAlign && cached_request(size)) return cache_allocate(size, alignment);
-  if (size >= g_threshold && alignment <= kMaxAlignment && ready()) return large_malloc(size);
+  if (size >= g_threshold && alignment <= kMaxAlignment && ready())
+    return large_aligned(size, alignment);
   return next_memalign(alignment, size);
 }
 

@@ -2,6 +2,7 @@
 #include "strategy.hpp"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -122,6 +123,20 @@ void* large_malloc(std::size_t size) noexcept {
     if (p == nullptr && give_back_address_space(size)) p = next_malloc(size);
   }
   return p;
+}
+
+void* large_aligned(std::size_t size, std::size_t alignment) noexcept {
+  void* p = mm_allocate(size);
+  if (p != nullptr) {
+    // Every strategy aligns to 256 bytes but the system one (64, its `alignment`): a block below
+    // what was asked goes back, and the request to the next allocator.
+    if (reinterpret_cast<std::uintptr_t>(p) % alignment == 0) return p;
+    mm_free(p);
+  } else if (quota_refused()) {
+    return nullptr;
+  }
+  g_large_libc.fetch_add(1, std::memory_order_relaxed);
+  return next_memalign(alignment, size);
 }
 
 void fork_prepare() {

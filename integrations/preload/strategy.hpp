@@ -28,6 +28,10 @@ void* large_malloc(std::size_t size) noexcept;
 /// reservation's unused end goes back to the OS (modelmem's cached free segments first), so
 /// that the next allocator may map it. True when something was given back (then try again).
 bool give_back_address_space(std::size_t size) noexcept;
+/// large_malloc for an aligned request (posix_memalign, aligned_alloc, memalign): a block of the
+/// strategy when it lies at a multiple of `alignment`, else the next allocator's memalign, never
+/// its malloc (16 bytes): a full pool must not turn an aligned request into a misaligned block.
+void* large_aligned(std::size_t size, std::size_t alignment) noexcept;
 
 /// After mm_allocate returned nullptr: true (errno ENOMEM) when a quota refused the request.
 inline bool quota_refused() noexcept {

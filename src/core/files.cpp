@@ -1,5 +1,6 @@
 // Output files: the check of a path before any work, and the two ways of writing one (opened in
-// place for traces, or through a temporary file renamed into place).
+// place for traces, or through a temporary file renamed into place). Input files: regular,
+// bounded, opened without blocking.
 #include "modelmem/core/files.hpp"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 
 #include <cstring>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 
 namespace modelmem::core {
@@ -145,6 +147,85 @@ void check_output_file(const std::string& path, OutputWrite how, const std::stri
   const std::string head = what.empty() ? "" : what + " ";
   if (path.empty()) throw InvalidInput(head + "an empty output file name");
   throw InvalidInput(head + path + ": cannot write: " + problem);
+}
+
+namespace {
+
+// What a file that is not regular is, for the message.
+const char* not_regular(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// "a plan", "an ONNX model".
+std::string a_kind(const std::string& kind) {
+  const bool vowel = !kind.empty() && std::strchr("AEIOUaeiou", kind.front()) != nullptr;
+  return (vowel ? "an " : "a ") + kind;
+}
+
+// Opens `path` for reading without blocking and checks the descriptor; returns it and its size.
+int open_input(const std::string& path, const std::string& kind, std::uint64_t max_bytes,
+               std::uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT) throw InvalidInput(path + ": cannot open: no such " + kind + " file");
+    throw InvalidInput(path + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    throw InvalidInput(path + ": cannot open: " + std::strerror(saved));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InvalidInput(path + ": is " + not_regular(st.st_mode) + ", not " + a_kind(kind) +
+                       " file");
+  }
+  *size = static_cast<std::uint64_t>(st.st_size);
+  if (*size > max_bytes) {
+    ::close(fd);
+    throw InvalidInput(path + ": " + format_bytes(*size) + ", more than " + a_kind(kind) +
+                       " file may hold (" + format_bytes(max_bytes) + ")");
+  }
+  return fd;
+}
+
+}  // namespace
+
+void check_input_file(const std::string& path, const std::string& kind, std::uint64_t max_bytes) {
+  std::uint64_t size = 0;
+  ::close(open_input(path, kind, max_bytes, &size));
+}
+
+std::string read_input_file(const std::string& path, const std::string& kind,
+                            std::uint64_t max_bytes) {
+  std::uint64_t size = 0;
+  const int fd = open_input(path, kind, max_bytes, &size);
+  std::string text;
+  try {
+    text.reserve(static_cast<std::size_t>(size));
+    char buffer[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw InvalidInput(path + ": read error: " + std::strerror(errno));
+      if (n == 0) break;
+      if (text.size() + static_cast<std::size_t>(n) > max_bytes)
+        throw InvalidInput(path + ": grew past what " + a_kind(kind) + " file may hold (" +
+                           format_bytes(max_bytes) + ") while it was read");
+      text.append(buffer, static_cast<std::size_t>(n));
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace modelmem::core

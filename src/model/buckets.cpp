@@ -6,9 +6,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
+#include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/model/order.hpp"
 #include "modelmem/model/solve.hpp"
@@ -57,8 +58,7 @@ std::vector<BucketPlan> plan_buckets(const std::string& path, const LoadOptions&
 }
 
 std::vector<std::int64_t> read_lengths(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
+  std::istringstream in(core::read_input_file(path, "request lengths", core::kMaxTextInput));
   std::vector<std::int64_t> out;
   std::string line;
   for (std::size_t number = 1; std::getline(in, line); ++number) {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -48,6 +49,7 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   auto fail = [&](const std::string& what) {
     throw InvalidInput(fmt::format("{}: {}", path, what));
   };
+  core::check_input_file(path, "safetensors");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open");
   std::error_code ec;
@@ -132,11 +134,10 @@ ModelConfig read_model_config(const std::string& path) {
   auto fail = [&](const std::string& what) {
     throw InvalidInput(fmt::format("{}: {}", path, what));
   };
-  std::ifstream in(path);
-  if (!in) fail("cannot open");
+  const std::string text = core::read_input_file(path, "model config", core::kMaxTextInput);
   json top;
   try {
-    top = json::parse(in);
+    top = json::parse(text);
   } catch (const std::exception& e) {
     fail(fmt::format("not JSON ({})", e.what()));
   }

@@ -15,7 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/check_nodes.hpp"
 #include "model/fold_value.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::model::detail {
 namespace {
@@ -60,6 +62,11 @@ std::optional<std::vector<Value>> evaluate(const onnx::NodeProto& node, int opse
     return one(make_ints({static_cast<std::int64_t>(vals.size())}, vals));
   }
   if (!all_known()) return std::nullopt;
+  // An omitted input ("") is absent, not known: only the optional ones may be (a ConstantOfShape
+  // whose shape was omitted dereferenced nothing).
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] == nullptr && !((op == "Slice" && i >= 3) || (op == "Squeeze" && i == 1)))
+      return std::nullopt;
   if (op == "Identity" || op == "Neg" || op == "Abs" || op == "Sqrt" || op == "Floor" ||
       op == "Ceil" || op == "Reciprocal" || op == "Not")
     return in.size() == 1 ? one(unary(op, *in[0])) : std::nullopt;
@@ -177,6 +184,15 @@ void infer_node(const onnx::NodeProto& node, int opset,
   }
   const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), opset, node.domain());
   if (!schema || !schema->has_type_and_shape_inference_function()) return;
+  // ONNX's inference function trusts the node: refused here with its name (check_nodes.hpp).
+  check_node(node, KnownInputs{[&](const std::string& name) -> const Dims* {
+                                 auto it = shapes.find(name);
+                                 return it == shapes.end() ? nullptr : &it->second;
+                               },
+                               [&](const std::string& name) -> const TensorProto* {
+                                 auto it = data.find(name);
+                                 return it == data.end() ? nullptr : it->second;
+                               }});
   onnx::NodeProto copy = node;
   const std::unordered_map<std::string, const onnx::SparseTensorProto*> no_sparse;
   onnx::shape_inference::InferenceContextImpl ctx(copy, in_types, data, no_sparse);
@@ -256,7 +272,12 @@ std::size_t fold_constants(onnx::GraphProto& graph, const std::map<std::string, 
       auto it = known.find(name);
       in.push_back(name.empty() || it == known.end() ? nullptr : &it->second);
     }
-    auto out = evaluate(node, opset_of(node.domain()), in, shape_of);
+    std::optional<std::vector<Value>> out;
+    try {
+      out = evaluate(node, opset_of(node.domain()), in, shape_of);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(describe(node) + ": " + e.what());
+    }
     if (!out && node.op_type() == "Constant" && node.output_size() == 1) {
       // A Constant of a type this pass does not compute with (float16, int8...) still becomes
       // an initializer: its value is fixed, it is no activation.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/fold_value.hpp"
+#include "modelmem/core/error.hpp"
 
 namespace modelmem::model::detail {
 
@@ -178,10 +179,20 @@ std::optional<Value> binary(const std::string& op, const Value& a, const Value& 
   r.dtype = is_comparison(op) ? TensorProto::BOOL : a.dtype;
   for (std::size_t i = 0; i < *n; ++i) {
     auto x = int_op(op, a.ints[ma[i]], b.ints[mb[i]]);
+    const bool arithmetic = op == "Add" || op == "Sub" || op == "Mul";
+    // ONNX's own data propagation would wrap such a value, and a shape computed from it could
+    // come out as 0: a tensor silently dropped from the plan. The caller names the node.
+    if (!x && arithmetic)
+      throw InvalidInput(std::to_string(a.ints[ma[i]]) + " " + op + " " +
+                         std::to_string(b.ints[mb[i]]) + " overflows 64 bits");
     if (!x) return std::nullopt;
     if (r.dtype == TensorProto::INT32 && (*x > std::numeric_limits<std::int32_t>::max() ||
-                                          *x < std::numeric_limits<std::int32_t>::min()))
+                                          *x < std::numeric_limits<std::int32_t>::min())) {
+      if (arithmetic)
+        throw InvalidInput(std::to_string(a.ints[ma[i]]) + " " + op + " " +
+                           std::to_string(b.ints[mb[i]]) + " overflows int32");
       return std::nullopt;
+    }
     r.ints.push_back(*x);
   }
   return r;

@@ -53,6 +53,8 @@ Value make_ints(Dims dims, std::vector<std::int64_t> ints,
                 std::int32_t dtype = onnx::TensorProto::INT64);
 
 // --- kernels (fold_ops.cpp) ---
+/// Throws InvalidInput when an integer Add, Sub or Mul overflows its type (nullopt for what it
+/// cannot compute otherwise).
 std::optional<Value> binary(const std::string& op, const Value& a, const Value& b);
 std::optional<Value> cast(const Value& v, std::int64_t to);
 std::optional<Value> unsqueeze(const Value& v, const Dims& axes);

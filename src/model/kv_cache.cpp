@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/graph.hpp"
 
 namespace modelmem::model {
@@ -140,11 +141,8 @@ DecoderSignature read_decoder_signature(
     throw InvalidInput(fmt::format("{}: {}", path, what));
   };
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail("no such ONNX file");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string bytes = buf.str();
+  if (!std::filesystem::exists(path, ec)) fail("no such ONNX file");
+  const std::string bytes = core::read_input_file(path, "ONNX", core::kMaxModelInput);
   onnx::ModelProto model;
   if (bytes.size() > static_cast<std::size_t>(INT_MAX) ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !model.has_graph())

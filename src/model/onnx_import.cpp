@@ -12,50 +12,27 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
+#include "model/check_nodes.hpp"
 #include "model/complete_shapes.hpp"
 #include "model/dims_error.hpp"
 #include "model/fold.hpp"
 #include "model/fold_value.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/graph.hpp"
 
 namespace modelmem::model {
 namespace {
 
+using detail::element_size_of;
 using onnx::TensorProto;
 
 // Shape inference and folding feed each other (each settled layer exposes the next layer's
 // Shape inputs); a transformer settles in about one pass per layer.
 constexpr int kMaxInferencePasses = 256;
-
-std::size_t element_size_of(std::int32_t dtype) {
-  switch (dtype) {
-    case TensorProto::FLOAT:
-    case TensorProto::INT32:
-    case TensorProto::UINT32:
-      return 4;
-    case TensorProto::UINT8:
-    case TensorProto::INT8:
-    case TensorProto::BOOL:
-      return 1;
-    case TensorProto::UINT16:
-    case TensorProto::INT16:
-    case TensorProto::FLOAT16:
-    case TensorProto::BFLOAT16:
-      return 2;
-    case TensorProto::INT64:
-    case TensorProto::UINT64:
-    case TensorProto::DOUBLE:
-    case TensorProto::COMPLEX64:
-      return 8;
-    case TensorProto::COMPLEX128:
-      return 16;
-    default:
-      return 0;  // STRING, UNDEFINED, unknown: no fixed size
-  }
-}
 
 std::string node_label(const onnx::NodeProto& node, int index) {
   return fmt::format("node '{}' ({})",
@@ -85,7 +62,7 @@ class Importer {
 
   void parse(std::string_view bytes) {
     if (bytes.size() > static_cast<std::size_t>(INT_MAX))
-      fail("model larger than 2 GiB: keep the weights in external data files");
+      fail("model larger than 2 GiB - 1: keep the weights in external data files");
     if (!model_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       fail("not an ONNX model (protobuf parse failed: the file is truncated or of another kind)");
     if (!model_.has_graph() || model_.ir_version() <= 0 || model_.opset_import_size() == 0)
@@ -115,9 +92,18 @@ class Importer {
       if (it == opsets_.end())
         fail(fmt::format("{}: its domain '{}' is not imported by the model", node_label(node, i),
                          domain));
-      if (!onnx::OpSchemaRegistry::Schema(node.op_type(), it->second, domain))
+      const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), it->second, domain);
+      if (!schema)
         fail(fmt::format("{}: unknown operator '{}' (domain '{}', opset {})", node_label(node, i),
                          node.op_type(), domain.empty() ? "ai.onnx" : domain, it->second));
+      // ONNX's inference functions index inputs and outputs by position (a Split without outputs
+      // divided by zero): the counts the operator takes, before inference sees the node.
+      for (auto [count, least, most, what] :
+           {std::tuple{node.input_size(), schema->min_input(), schema->max_input(), "inputs"},
+            std::tuple{node.output_size(), schema->min_output(), schema->max_output(), "outputs"}})
+        if (count < least || count > most)
+          fail(fmt::format("{}: {} {}; the operator takes {} to {}", node_label(node, i), count,
+                           what, least, most));
     }
   }
 
@@ -140,26 +126,8 @@ class Importer {
   // dims and type and drops the data): dims claiming more than the data hold would count
   // weights that are not there.
   void check_initializer_data(const TensorProto& t, std::size_t bytes) const {
-    const std::size_t element = element_size_of(t.data_type());
-    const std::size_t elements = element == 0 ? 0 : bytes / element;
-    const bool complex =
-        t.data_type() == TensorProto::COMPLEX64 || t.data_type() == TensorProto::COMPLEX128;
-    std::size_t typed = 0;
-    for (int n : {t.float_data_size(), t.int32_data_size(), t.int64_data_size(),
-                  t.double_data_size(), t.uint64_data_size(), t.string_data_size()})
-      typed += static_cast<std::size_t>(n);
-    std::string dims;
-    for (auto d : t.dims()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-    if (t.has_raw_data()) {
-      if (t.raw_data().size() != bytes)
-        fail(
-            fmt::format("initializer '{}': dims [{}] of {} need {} bytes, but its raw data holds "
-                        "{} bytes",
-                        t.name(), dims, dtype_name(t.data_type()), bytes, t.raw_data().size()));
-    } else if (typed != 0 && typed != (complex ? 2 * elements : elements)) {
-      fail(fmt::format("initializer '{}': dims [{}] hold {} elements, but its data holds {} values",
-                       t.name(), dims, elements, typed));
-    }
+    if (const std::string problem = detail::data_length_problem(t, bytes); !problem.empty())
+      fail(fmt::format("initializer '{}': {}", t.name(), problem));
   }
 
   void check_initializers() {
@@ -345,18 +313,39 @@ class Importer {
     // Node-level inference errors are thrown (error_mode 1) so a model that cannot settle says
     // where; data propagation lets ONNX follow the simple Shape chains it knows.
     onnx::ShapeInferenceOptions options(false, 1, true);
+    detail::HiddenValues hidden(*model_.mutable_graph());
     for (passes_ = 1; passes_ <= kMaxInferencePasses; ++passes_) {
       try {
-        onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), options);
+        detail::check_graph(model_.graph());
+      } catch (const InvalidInput& e) {
+        fail(e.what());
+      }
+      try {
+        detail::take_problem();  // none left over from a model that failed on this thread
+        onnx::shape_inference::InferShapes(model_, &detail::checking_registry(), options);
       } catch (const std::exception& e) {
         std::string msg = e.what();
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         fail("shape inference failed: " + msg);
       }
-      std::size_t n = detail::fold_constants(*model_.mutable_graph(), opsets_, folded_);
+      if (const std::string problem = detail::take_problem(); !problem.empty()) {
+        try {
+          detail::check_graph(model_.graph());  // names the node whose inference was skipped
+        } catch (const InvalidInput& e) {
+          fail(e.what());
+        }
+        fail(problem);
+      }
+      std::size_t n = 0;
+      try {
+        n = detail::fold_constants(*model_.mutable_graph(), opsets_, folded_);
+      } catch (const InvalidInput& e) {
+        fail(e.what());  // a node the folding pass refused (check_nodes.hpp), named
+      }
       folded_nodes_ += n;
       if (n + detail::complete_shapes(*model_.mutable_graph()) == 0) break;
     }
+    hidden.restore();
   }
 
   Graph build() {
@@ -526,16 +515,8 @@ Graph load_onnx_bytes(std::string_view bytes, const std::string& source,
 }
 
 Graph load_onnx(const std::string& path, const LoadOptions& options) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(status))
-    throw InvalidInput(fmt::format("{}: is a directory, not an ONNX model file", path));
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw InvalidInput(fmt::format("{}: not a regular file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(fmt::format("{}: cannot open the file", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InvalidInput(fmt::format("{}: read error", path));
+  // A file past protobuf's 2 GiB is refused by its size, before a byte of it is read.
+  const std::string bytes = core::read_input_file(path, "ONNX model", core::kMaxModelInput);
   std::string dir = std::filesystem::path(path).parent_path().string();
   return load_onnx_bytes(bytes, path, dir.empty() ? "." : dir, options);
 }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/plan/mindspore_tracker.hpp"
 #include "modelmem/plan/plan_io.hpp"
@@ -274,12 +275,7 @@ class Reader {
 };
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(path.string() + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InvalidInput(path.string() + ": read error");
-  return std::move(ss).str();
+  return core::read_input_file(path.string(), "CSV", core::kMaxPlanInput);
 }
 
 void write_field(std::ostream& out, const std::string& s) {

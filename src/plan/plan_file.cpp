@@ -6,11 +6,15 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
+#include "modelmem/plan/plan_json.hpp"
+#include "modelmem/plan/problem.hpp"
 
 namespace modelmem::plan {
 namespace {
@@ -25,13 +29,25 @@ class PlanFileReader {
     skip_ws();
     if (peek() != '{') fail("the top level must be a JSON object");
     ++pos_;
-    std::optional<std::size_t> arena, weights;
+    std::optional<std::size_t> arena, weights, total, version;
+    std::optional<std::string> format;
     items('}', [&] {
       auto [key, key_pos] = member_key();
-      if (key == "arena_bytes" || key == "weights_bytes") {
-        auto& slot = key == "arena_bytes" ? arena : weights;
+      if (key == "arena_bytes" || key == "weights_bytes" || key == "total_bytes" ||
+          key == "version") {
+        auto& slot = key == "arena_bytes"     ? arena
+                     : key == "weights_bytes" ? weights
+                     : key == "total_bytes"   ? total
+                                              : version;
         if (slot) fail_at(key_pos, "duplicate key \"" + key + "\"");
         slot = integer(key);
+      } else if (key == "format") {
+        if (format) fail_at(key_pos, "duplicate key \"format\"");
+        if (peek() != '"') fail("\"format\" must be a string");
+        format = string();
+      } else if (key == "buffers") {
+        if (buffers_) fail_at(key_pos, "duplicate key \"buffers\"");
+        buffers();
       } else {
         value(1);
       }
@@ -39,10 +55,104 @@ class PlanFileReader {
     skip_ws();
     if (pos_ != text_.size()) fail("unexpected text after the top-level object");
     if (!arena) fail_at(0, "missing the top-level integer \"arena_bytes\"");
-    return PlanSizes{*arena, weights.value_or(0)};
+    // Checked before the sizes are used: a pool is sized from this file, a plan is a promise.
+    if (format && *format != kPlanFormat)
+      refuse("\"format\" is \"" + *format + "\", not \"" + std::string(kPlanFormat) + "\"");
+    if (version && *version != static_cast<std::size_t>(kPlanFormatVersion))
+      refuse("version " + std::to_string(*version) + " is not one this reader knows (" +
+             std::to_string(kPlanFormatVersion) + ")");
+    PlanSizes sizes{*arena, weights.value_or(0)};
+    if (total) {
+      std::size_t sum = 0;
+      if (__builtin_add_overflow(sizes.arena_bytes, sizes.weights_bytes, &sum) || sum != *total)
+        refuse("total_bytes " + std::to_string(*total) + " is not arena_bytes " +
+               std::to_string(sizes.arena_bytes) + " + weights_bytes " +
+               std::to_string(sizes.weights_bytes));
+    }
+    if (buffers_) check_buffers(*arena);
+    return sizes;
   }
 
  private:
+  [[noreturn]] void refuse(const std::string& what) const {
+    throw InvalidInput(name_ + ": plan file: " + what);
+  }
+
+  // The buffers array: each an object with size, start, end, offset (non-negative integers
+  // that fit 64 bits), an optional alignment (1) and id (its index).
+  void buffers() {
+    if (peek() != '[') fail("\"buffers\" must be an array");
+    ++pos_;
+    buffers_.emplace();
+    items(']', [&] {
+      const std::size_t index = buffers_->buffers.size();
+      const std::string label = "buffers[" + std::to_string(index) + "]";
+      if (peek() != '{') fail(label + " must be an object");
+      const std::size_t at = pos_++;
+      Buffer b;
+      std::optional<std::size_t> size, start, end, offset, alignment;
+      std::optional<std::string> id;
+      items('}', [&] {
+        auto [key, key_pos] = member_key();
+        std::optional<std::size_t>* slot = key == "size"        ? &size
+                                           : key == "start"     ? &start
+                                           : key == "end"       ? &end
+                                           : key == "offset"    ? &offset
+                                           : key == "alignment" ? &alignment
+                                                                : nullptr;
+        if (slot != nullptr) {
+          if (*slot) fail_at(key_pos, label + ": duplicate key \"" + key + "\"");
+          *slot = integer(label + "." + key);
+        } else if (key == "id") {
+          if (peek() != '"') fail(label + ".id must be a string");
+          id = string();
+        } else {
+          value(2);
+        }
+      });
+      b.id = id.value_or("#" + std::to_string(index));
+      for (auto [slot, key] : {std::pair{&size, "size"}, std::pair{&start, "start"},
+                               std::pair{&end, "end"}, std::pair{&offset, "offset"}})
+        if (!*slot) fail_at(at, label + " ('" + b.id + "') has no \"" + key + "\"");
+      for (auto [value, key] : {std::pair{*start, "start"}, std::pair{*end, "end"}})
+        if (value > static_cast<std::size_t>(std::numeric_limits<Time>::max()))
+          fail_at(at, label + " ('" + b.id + "'): " + key + " " + std::to_string(value) +
+                          " does not fit a signed 64-bit step");
+      b.size = *size;
+      b.start = static_cast<Time>(*start);
+      b.end = static_cast<Time>(*end);
+      b.alignment = alignment.value_or(1);
+      buffers_->buffers.push_back(std::move(b));
+      offsets_.push_back(*offset);
+    });
+  }
+
+  // The buffers against each other and the arena: each well formed, inside the arena, aligned,
+  // and no two overlapping in address while both are live; the arena where the last one ends.
+  void check_buffers(std::size_t arena) const {
+    const auto& bufs = buffers_->buffers;
+    auto named = [&](std::size_t i) {
+      return "buffer " + std::to_string(i) + " ('" + bufs[i].id + "')";
+    };
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      std::size_t end = 0;
+      if (__builtin_add_overflow(offsets_[i], bufs[i].size, &end))
+        refuse(named(i) + ": offset " + std::to_string(offsets_[i]) + " + size " +
+               std::to_string(bufs[i].size) + " overflows 64 bits");
+      if (end > arena)
+        refuse(named(i) + ": offset " + std::to_string(offsets_[i]) + " + size " +
+               std::to_string(bufs[i].size) + " = " + std::to_string(end) +
+               " passes the arena of " + std::to_string(arena) + " bytes");
+    }
+    try {
+      check_problem(*buffers_);
+    } catch (const InvalidInput& e) {
+      refuse(e.what());
+    }
+    const Validation v = validate(*buffers_, Plan{offsets_, arena}, false);
+    if (!v) refuse(v.message);
+  }
+
   [[noreturn]] void fail(const std::string& what) const { fail_at(pos_, what); }
   [[noreturn]] void fail_at(std::size_t at, const std::string& what) const {
     std::size_t line = 1, col = 1;
@@ -245,6 +355,8 @@ class PlanFileReader {
   std::string_view text_;
   const std::string& name_;
   std::size_t pos_ = 0;
+  std::optional<Problem> buffers_;  // the plan's buffers, when it lists them
+  std::vector<std::size_t> offsets_;
 };
 
 }  // namespace
@@ -258,12 +370,7 @@ PlanSizes parse_plan_sizes(std::string_view json, const std::string& name) {
 }
 
 PlanSizes read_plan_sizes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(path + ": cannot read plan file: " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw InvalidInput(path + ": cannot read plan file");
-  return parse_plan_sizes(buf.str(), path);
+  return parse_plan_sizes(core::read_input_file(path, "plan", core::kMaxPlanInput), path);
 }
 
 }  // namespace modelmem::plan

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 
 namespace modelmem::sizing {
 namespace {
@@ -125,11 +126,7 @@ json parse_yaml(const std::string& text, const std::string& what) {
 json read_yaml_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InvalidInput(path + ": is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_yaml(text.str(), path);
+  return parse_yaml(core::read_input_file(path, "YAML", core::kMaxTextInput), path);
 }
 
 }  // namespace modelmem::sizing

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/trace/pickle.hpp"
 #include "snapshot_internal.hpp"
@@ -586,10 +587,8 @@ Trace parse_snapshot(std::string_view data, const std::string& name, const ReadO
 }
 
 Trace read_snapshot(const std::filesystem::path& path, const ReadOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(fmt::format("{}: cannot open snapshot", path.string()));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InvalidInput(fmt::format("{}: read error", path.string()));
+  const std::string data =
+      core::read_input_file(path.string(), "snapshot", core::kMaxSnapshotInput);
   return parse_snapshot(data, path.string(), options);
 }
 

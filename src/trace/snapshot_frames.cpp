@@ -202,6 +202,8 @@ std::string sites_text(const std::vector<AllocationSite>& sites) {
 }
 
 bool is_snapshot_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;  // a FIFO would block the open
   std::ifstream in(path, std::ios::binary);
   char head[2] = {0, 0};
   if (!in.read(head, 2)) return false;

@@ -249,6 +249,7 @@ Trace read_trace(const std::filesystem::path& path, const ReadOptions& options) 
     throw InvalidInput(fmt::format("{}: no such trace file", path.string()));
   if (std::filesystem::is_directory(status))
     throw InvalidInput(fmt::format("{}: is a directory, not a trace file", path.string()));
+  core::check_input_file(path.string(), "trace");  // a FIFO or a device: refused, never read
   if (is_snapshot_file(path)) return read_snapshot(path, options);
   if (path.extension() == ".pickle" || path.extension() == ".pkl")
     throw InvalidInput(fmt::format(

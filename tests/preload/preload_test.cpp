@@ -349,6 +349,28 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
   }
 }
 
+// The stress load through the C functions (bench/stress/alloc_stress.cpp --libc: posix_memalign,
+// aligned_alloc and memalign at 16 .. 4096 bytes, malloc, calloc, realloc; every block checked
+// at its alignment and its checksum). The 8 MiB static pool overflows at once, so most aligned
+// requests past it go to the C library, which must get them as aligned requests.
+TEST_F(Preload, EveryBlockIsAlignedAsAskedWhenThePoolOverflows) {
+  const std::string stress = kBin + "/tests/alloc_stress --libc --seconds 1.5 --threads 4";
+  for (const std::string conf : {"strategy:static,static_pool_mb:8", "strategy:caching",
+                                 "strategy:planned", "strategy:planned,planned_fallback:direct"}) {
+    Result r = run(preload_env(conf) + " MODELMEM_REPORT=1", stress);
+    ASSERT_EQ(r.rc, 0) << conf << "\n" << r.out;
+    EXPECT_NE(r.out.find(" 0 corrupt   0 misaligned"), std::string::npos) << conf << r.out;
+    EXPECT_NE(r.out.find("alloc_stress: ok"), std::string::npos) << conf << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        r.out, m, std::regex(R"(large requests\s+(\d+) by modelmem, (\d+) by the next)")))
+        << conf << r.out;
+    EXPECT_GT(std::stol(m[1]), 100) << conf << r.out;  // the strategy served some
+    if (conf.find("static") != std::string::npos)      // and the pool overflowed
+      EXPECT_GT(std::stol(m[2]), 100) << conf << r.out;
+  }
+}
+
 TEST_F(Preload, BadConfigLeavesEverythingToTheCLibrary) {
   Result r = run(preload_env("strategy:nonsense"), kCheck + " threads");
   ASSERT_EQ(r.rc, 0) << r.out;

@@ -217,6 +217,22 @@ def test_config_report_is_what_the_cli_prints():
         modelmem.config_report("max_split_size_mb:abc")
 
 
+def test_a_plan_that_breaks_its_promise_is_refused_before_a_pool_is_built(tmp_path):
+    plan = tmp_path / "overlap.json"
+    plan.write_text(json.dumps({
+        "format": "modelmem-plan", "version": 1, "arena_bytes": 1536, "weights_bytes": 0,
+        "buffers": [{"id": "a", "size": 1024, "start": 0, "end": 2, "offset": 0},
+                    {"id": "b", "size": 1024, "start": 1, "end": 3, "offset": 512}]}))
+    with pytest.raises(modelmem.ConfigError, match=r"buffers 'a' \[0, 1024\) and 'b' \[512, 1536\) "
+                                                   r"overlap in address while both live in \[1, 2\)"):
+        modelmem.config_report(f"strategy:static,plan:{plan}")
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(modelmem.ConfigError, match=f"is {what}, not a plan file"):
+            modelmem.config_report(f"strategy:static,plan:{path}")
+
+
 def test_info_lists_processes():
     procs = modelmem.info()
     assert isinstance(procs, list)

@@ -2,6 +2,7 @@
 // token of public architectures from their published config values, exact weight bytes from
 // headers over sparse files (no data), tensor-parallel shares, and bad files named.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -240,6 +241,22 @@ TEST_F(Checkpoints, BadFilesAreNamed) {
   rejects("not JSON");
   { std::ofstream(dir_ / "model.safetensors") << "abc"; }
   rejects("shorter than the 8-byte header length");
+  // A FIFO or a device read as a header or a config: refused at once, never read.
+  fs::remove(dir_ / "model.safetensors");
+  ASSERT_EQ(::mkfifo((dir_ / "model.safetensors").c_str(), 0600), 0);
+  rejects("no *.safetensors file");  // the folder's scan takes regular files only
+  for (const std::string& path :
+       {(dir_ / "model.safetensors").string(), std::string("/dev/zero")}) {
+    for (auto read : {+[](const std::string& p) { model::read_safetensors_header(p); },
+                      +[](const std::string& p) { model::read_model_config(p); }}) {
+      try {
+        read(path);
+        ADD_FAILURE() << path << " accepted";
+      } catch (const InvalidInput& e) {
+        EXPECT_NE(std::string(e.what()).find(path + ": is a "), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace

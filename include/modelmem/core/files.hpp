@@ -1,8 +1,11 @@
 // Creating output files safely: never following a symbolic link planted at the file's own name,
 // never writing through another user's file or a second hard link of one. Used for traces
 // (the recorder, the LD_PRELOAD library) and for every file a `modelmem` command writes.
+// Reading input files safely: regular files only, bounded, never blocking on a FIFO. Every reader
+// of a file a user names (models, plans, traces, snapshots, lists) goes through them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -39,5 +42,26 @@ std::string output_file_problem(const std::string& path, OutputWrite how);
 /// "--json PATH: cannot write: ...") when output_file_problem finds one; an empty path is one too.
 void check_output_file(const std::string& path, OutputWrite how = OutputWrite::kReplacing,
                        const std::string& what = "");
+
+/// Limits of the input readers, by what they read (a regular file is bounded by its size; these
+/// bound what a reader takes into memory).
+inline constexpr std::uint64_t kMaxTextInput = std::uint64_t{256} << 20;  ///< lists, config JSON
+inline constexpr std::uint64_t kMaxPlanInput = std::uint64_t{1} << 30;    ///< plan JSON and CSV
+inline constexpr std::uint64_t kMaxModelInput = (std::uint64_t{1} << 31) - 1;  ///< ONNX (protobuf)
+inline constexpr std::uint64_t kMaxSnapshotInput = std::uint64_t{16} << 30;    ///< pickles
+
+/// Checks that `path` can be read as a `kind` input file ("ONNX model", "plan", "trace", ...):
+/// it is opened without blocking (O_NONBLOCK: a FIFO never hangs) and the descriptor's fstat
+/// must show a regular file of at most `max_bytes`. Throws InvalidInput with one line: "PATH: no
+/// such KIND file", "PATH: is a FIFO, not a KIND file" (a directory, a character device such as
+/// /dev/zero, a socket), "PATH: 3.00 GiB, more than a KIND file may hold (2.00 GiB)", "PATH:
+/// cannot open: why". For readers that stream the file afterwards.
+void check_input_file(const std::string& path, const std::string& kind,
+                      std::uint64_t max_bytes = UINT64_MAX);
+
+/// The whole of `path`, checked as check_input_file says on the descriptor it reads from, and
+/// never more than `max_bytes` (a file that grows past it while being read is refused too).
+std::string read_input_file(const std::string& path, const std::string& kind,
+                            std::uint64_t max_bytes);
 
 }  // namespace modelmem::core

@@ -3,6 +3,14 @@
 // library, so this is a small strict reader: the whole file must be valid JSON (RFC 8259), the
 // top level an object, both keys non-negative integers that fit in 64 bits, each at most once;
 // other keys and nested values are checked for syntax and otherwise skipped.
+//
+// A plan is a promise of non-overlap, and a pool is sized from it: it is validated before the
+// sizes are returned. `format` and `version`, when present, must be this writer's ("modelmem-plan",
+// 1); `total_bytes`, when present, must be arena_bytes + weights_bytes; every buffer of
+// `buffers`, when present, must have a size, start, end and offset that are non-negative integers
+// of 64 bits, end inside the arena, keep its alignment, and overlap no buffer in address while
+// both are live; the arena must end where the last buffer ends. The message names the first bad
+// buffer (its index and id).
 #pragma once
 
 #include <cstddef>

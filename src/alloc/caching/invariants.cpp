@@ -149,6 +149,21 @@ std::string CachingAllocator::do_check_invariants() const {
   if (m.small_.size() + m.large_.size() != in_pool.size())
     return "free sets hold " + std::to_string(m.small_.size() + m.large_.size()) +
            " blocks, the segments " + std::to_string(in_pool.size()) + " free ones";
+  if (!m.largest_stale_) {  // the largest free block kept for stats() (impl.hpp)
+    std::size_t largest = 0, count = 0;
+    for (const Block* b : in_pool) {
+      if (b->size > largest) {
+        largest = b->size;
+        count = 0;
+      }
+      count += b->size == largest;
+    }
+    if (largest != (m.largest_count_ == 0 ? 0 : m.largest_size_) ||
+        (largest != 0 && count != m.largest_count_))
+      return "largest free block kept as " + std::to_string(m.largest_count_) + " x " +
+             std::to_string(m.largest_size_) + " B, the free sets hold " + std::to_string(count) +
+             " x " + std::to_string(largest) + " B";
+  }
   if (m.active_.size() != allocated_blocks)
     return "live map holds " + std::to_string(m.active_.size()) + " blocks, the segments " +
            std::to_string(allocated_blocks) + " allocated ones";

@@ -242,9 +242,19 @@ Block* CachingAllocator::Impl::get_new(bool small, Stream stream, std::size_t ro
 }
 
 std::size_t CachingAllocator::Impl::largest_free() const {
-  std::size_t best = 0;
+  if (!largest_stale_) return largest_count_ == 0 ? 0 : largest_size_;
+  std::size_t best = 0, count = 0;
   for (const FreeSet* pool : {&small_, &large_})
-    for (const Block* b : *pool) best = std::max(best, b->size);
+    for (const Block* b : *pool) {
+      if (b->size > best) {
+        best = b->size;
+        count = 0;
+      }
+      count += b->size == best;
+    }
+  largest_size_ = best;
+  largest_count_ = count;
+  largest_stale_ = false;
   return best;
 }
 
