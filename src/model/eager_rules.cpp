@@ -172,6 +172,27 @@ bool fixed_tensor(const Graph& graph, int t) {
   return false;
 }
 
+namespace {
+
+// Each node's own module scope (torch.onnx's `/a/b/MatMul` is in `/a/b`), and each scope's nodes.
+struct ModuleScopes {
+  std::vector<std::string> direct;
+  std::map<std::string, std::vector<int>> nodes_of;
+};
+ModuleScopes module_scopes(const Graph& graph) {
+  ModuleScopes ms;
+  ms.direct.resize(graph.nodes.size());
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    const std::string& name = graph.nodes[v].name;
+    if (name.size() < 2 || name[0] != '/') continue;
+    ms.direct[v] = name.substr(0, name.rfind('/'));
+    if (!ms.direct[v].empty()) ms.nodes_of[ms.direct[v]].push_back(static_cast<int>(v));
+  }
+  return ms;
+}
+
+}  // namespace
+
 // torchvision's `shifted_window_attention` (Swin and Swin-V2, torchvision 0.13-0.14): the
 // function runs inside the attention module's forward, so its nodes are that scope's own
 // (`/features/features.1/features.1.0/attn/MatMul`). It partitions its input into windows
@@ -183,14 +204,9 @@ bool fixed_tensor(const Graph& graph, int t) {
 WindowAttention find_window_attention(const Graph& graph) {
   WindowAttention wa;
   wa.inside.assign(graph.nodes.size(), false);
-  std::vector<std::string> direct(graph.nodes.size());
-  std::map<std::string, std::vector<int>> nodes_of;
-  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
-    const std::string& name = graph.nodes[v].name;
-    if (name.size() < 2 || name[0] != '/') continue;
-    direct[v] = name.substr(0, name.rfind('/'));
-    if (!direct[v].empty()) nodes_of[direct[v]].push_back(static_cast<int>(v));
-  }
+  const ModuleScopes ms = module_scopes(graph);
+  const std::vector<std::string>& direct = ms.direct;
+  const auto& nodes_of = ms.nodes_of;
   for (const auto& [scope, nodes] : nodes_of) {
     const bool softmax = std::any_of(nodes.begin(), nodes.end(),
                                      [&](int v) { return graph.nodes[v].op_type == "Softmax"; });
@@ -236,14 +252,9 @@ AttentionLocals find_attention_locals(const Graph& graph,
                                       const std::vector<bool>& skip) {
   AttentionLocals al;
   al.inside.assign(graph.nodes.size(), false);
-  std::vector<std::string> direct(graph.nodes.size());
-  std::map<std::string, std::vector<int>> nodes_of;
-  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
-    const std::string& name = graph.nodes[v].name;
-    if (name.size() < 2 || name[0] != '/') continue;
-    direct[v] = name.substr(0, name.rfind('/'));
-    if (!direct[v].empty()) nodes_of[direct[v]].push_back(static_cast<int>(v));
-  }
+  const ModuleScopes ms = module_scopes(graph);
+  const std::vector<std::string>& direct = ms.direct;
+  const auto& nodes_of = ms.nodes_of;
   // The tensor a chain of views (reshape, transpose) reads.
   auto origin = [&](int t) {
     for (int depth = 0; t >= 0 && depth < 8; ++depth) {
