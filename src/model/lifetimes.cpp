@@ -276,22 +276,12 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   }
 
   if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
-  std::vector<int> gelu_internals;
   WindowAttention wa;
   if (options.window_attention) {
     wa = find_window_attention(graph);
     lt.window_attentions = wa.scopes;
     for (auto [x, until] : wa.held)
       if (in_arena(graph.tensors[x])) last[x] = std::max(last[x], lt.step_of_node[until]);
-  }
-  if (options.fuse_leaf_modules) {
-    // F.gelu in a forward: one operator (its input read until its output is written).
-    for (const auto& g : d::find_erf_gelus(graph)) {
-      for (int t : g.internals) last[t] = first[t];
-      if (in_arena(graph.tensors[g.input]))
-        last[g.input] = std::max(last[g.input], lt.step_of_node[g.last_node]);
-      gelu_internals.insert(gelu_internals.end(), g.internals.begin(), g.internals.end());
-    }
   }
   if (options.attention_locals) {
     const auto al = d::find_attention_locals(graph, lt.step_of_node, wa.inside);
@@ -319,8 +309,15 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
   std::vector<Copy> copies;
 
   std::vector<bool> fused(graph.tensors.size(), false);
-  if (options.fuse_leaf_modules) fused = fused_in_leaf_modules(graph);
-  for (int t : gelu_internals) fused[t] = true;
+  if (options.fuse_leaf_modules) {
+    fused = fused_in_leaf_modules(graph);
+    // F.gelu in a forward: one operator (its input read until its output is written).
+    for (const auto& g : d::find_erf_gelus(graph)) {
+      for (int t : g.internals) fused[t] = true;
+      if (in_arena(graph.tensors[g.input]))
+        last[g.input] = std::max(last[g.input], lt.step_of_node[g.last_node]);
+    }
+  }
   std::vector<int> linear_into;
   if (options.linear_bias_in_place && !options.in_place) linear_into = linear_bias_adds(graph);
 
