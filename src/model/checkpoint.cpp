@@ -289,6 +289,43 @@ bool is_checkpoint_folder(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
 }
 
+namespace {
+
+// The shards a sharded save's index (model.safetensors.index.json) names in its weight_map,
+// each a file of `folder`; one line naming the problem otherwise.
+std::vector<fs::path> indexed_shards(const std::string& folder, const fs::path& index) {
+  json j;
+  try {
+    j = json::parse(core::read_input_file(index.string(), "checkpoint index", core::kMaxTextInput));
+  } catch (const json::exception& e) {
+    throw InvalidInput(fmt::format("{}: not JSON ({})", index.string(), e.what()));
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw InvalidInput(fmt::format("{}: no weight_map object", index.string()));
+  std::set<std::string> names;
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      throw InvalidInput(
+          fmt::format("{}: weight_map['{}'] is not a file name", index.string(), tensor));
+    const std::string name = file.get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      throw InvalidInput(fmt::format("{}: weight_map['{}'] names '{}', not a file of the folder",
+                                     index.string(), tensor, name));
+    names.insert(name);
+  }
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& name : names) {
+    const fs::path f = fs::path(folder) / name;
+    if (!fs::is_regular_file(f, ec))
+      throw InvalidInput(fmt::format("{}: names {}, which the folder lacks", index.string(), name));
+    files.push_back(f);
+  }
+  return files;
+}
+
+}  // namespace
+
 Checkpoint read_checkpoint(const std::string& folder) {
   std::error_code ec;
   if (!fs::is_directory(folder, ec))
@@ -307,34 +344,7 @@ Checkpoint read_checkpoint(const std::string& folder) {
   // not. Without an index, every *.safetensors file of the folder is.
   const fs::path index = fs::path(folder) / "model.safetensors.index.json";
   if (fs::is_regular_file(index, ec)) {
-    json j;
-    std::ifstream in(index);
-    if (!in) throw InvalidInput(fmt::format("{}: cannot open", index.string()));
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      throw InvalidInput(fmt::format("{}: not JSON ({})", index.string(), e.what()));
-    }
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw InvalidInput(fmt::format("{}: no weight_map object", index.string()));
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string())
-        throw InvalidInput(
-            fmt::format("{}: weight_map['{}'] is not a file name", index.string(), tensor));
-      const std::string name = file.get<std::string>();
-      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-        throw InvalidInput(fmt::format("{}: weight_map['{}'] names '{}', not a file of the folder",
-                                       index.string(), tensor, name));
-      names.insert(name);
-    }
-    for (const auto& name : names) {
-      const fs::path f = fs::path(folder) / name;
-      if (!fs::is_regular_file(f, ec))
-        throw InvalidInput(
-            fmt::format("{}: names {}, which the folder lacks", index.string(), name));
-      files.push_back(f);
-    }
+    files = indexed_shards(folder, index);
   } else {
     for (const auto& e : fs::directory_iterator(folder, ec))
       if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
