@@ -255,13 +255,15 @@ AttentionLocals find_attention_locals(const Graph& graph,
   const ModuleScopes ms = module_scopes(graph);
   const std::vector<std::string>& direct = ms.direct;
   const auto& nodes_of = ms.nodes_of;
-  // The tensor a chain of views (reshape, transpose) reads.
+  // A view in such a forward: reshape, transpose (q.view(...).transpose(1, 2)).
+  auto is_view = [](const Node& n) { return is_alias_op(n.op_type) || n.op_type == "Transpose"; };
+  // The tensor a chain of views reads.
   auto origin = [&](int t) {
     for (int depth = 0; t >= 0 && depth < 8; ++depth) {
       const int p = graph.tensors[t].producer;
       if (p < 0) break;
       const Node& n = graph.nodes[p];
-      if (n.inputs.empty() || !(is_alias_op(n.op_type) || n.op_type == "Transpose")) break;
+      if (n.inputs.empty() || !is_view(n)) break;
       t = n.inputs[0];
     }
     return t;
@@ -315,7 +317,7 @@ AttentionLocals find_attention_locals(const Graph& graph,
       }
       if (cs.size() != 1 || direct[cs[0]] != scope) break;
       const Node& c = graph.nodes[cs[0]];
-      if (!(is_alias_op(c.op_type) || c.op_type == "Transpose") || c.outputs.empty()) break;
+      if (!is_view(c) || c.outputs.empty()) break;
       t = c.outputs[0];
     }
     for (int v : nodes) al.inside[v] = true;
