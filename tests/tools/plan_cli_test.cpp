@@ -298,7 +298,8 @@ TEST_F(PlanCli, EagerPeakMatchesARecordedPyTorchInference) {
   GTEST_SKIP() << "a sanitized LD_PRELOAD library cannot be preloaded into python3";
 #endif
   if (std::system(MODELMEM_PYTHON " -c 'import torch, torchvision, onnx' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "no torch, torchvision or onnx in the project environment (scripts/setup --runtimes)";
+    GTEST_SKIP()
+        << "no torch, torchvision or onnx in the project environment (scripts/setup --runtimes)";
   const std::string script = std::string(MODELMEM_SOURCE_DIR) + "/bench/model/eager_trace.py";
   const fs::path onnx = dir_ / "resnet18.onnx", trace = dir_ / "resnet18.csv";
   ASSERT_EQ(std::system((MODELMEM_PYTHON " " + script + " export resnet18 " + onnx.string() +
