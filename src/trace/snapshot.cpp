@@ -16,6 +16,7 @@
 #include "modelmem/core/files.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/trace/pickle.hpp"
+#include "snapshot_history.hpp"
 #include "snapshot_internal.hpp"
 
 namespace modelmem::trace {
@@ -28,35 +29,10 @@ using pickle::Id;
 using pickle::Kind;
 using pickle::Node;
 
-enum class Action {
-  kAlloc,
-  kFreeRequested,
-  kFreeCompleted,
-  kFree,
-  kSegAlloc,
-  kSegFree,
-  kMap,
-  kUnmap,
-  kOom,
-  kMark
-};
-
-struct Entry {
-  Action action = Action::kAlloc;
-  std::uint64_t addr = 0;
-  std::uint64_t size = 0;
-  std::uint64_t stream = 0;
-  std::optional<double> time_us;
-  std::uint32_t device = 0;
-  std::string label;  // site (alloc) or mark label
-};
-
-struct Live {
-  std::uint64_t size = 0;
-  std::uint32_t device = 0;
-  std::uint64_t stream = 0;
-  std::string site;
-};
+using detail::Action;
+using detail::Entry;
+using detail::HistoryCheck;
+using detail::Live;
 
 // A pool: (device, segment_pool_id); has_id false where the file has no segment_pool_id.
 struct PoolKey {
@@ -91,7 +67,7 @@ constexpr std::size_t kMaxFunctionChars = 100;
 class Converter {
  public:
   Converter(const Document& doc, const std::string& name, std::size_t bytes, bool strict)
-      : doc_(doc), name_(name), budget_(bytes + 1024), strict_(strict) {}
+      : doc_(doc), name_(name), budget_(bytes + 1024), strict_(strict), history_(name) {}
 
   Trace run() {
     const Node& root = doc_.node(doc_.root);
@@ -219,6 +195,10 @@ class Converter {
           static_cast<std::uint32_t>(uint_field(seg, "device", where, false).value_or(0));
       const std::uint64_t stream = uint_field(seg, "stream", where, false).value_or(0);
       if (total == 0) fail(where, "total_size 0");
+      if (HistoryCheck::wraps(address, total)) {
+        history_.wrapped(where, address, total);
+        continue;
+      }
       const PoolKey key = pool_key(seg, device, where);
       end_segments_[address] = Live{total, device, stream, {}};
       segment_pool_[address] = key;
@@ -246,6 +226,10 @@ class Converter {
           }
         }
         const std::uint64_t start = at.value_or(offset);
+        if (HistoryCheck::wraps(start, size)) {
+          history_.wrapped(bw, start, size);
+          break;  // the blocks after it have no address to follow from
+        }
         offset = start + size;
         const std::string state = str_field(blk, "state");
         if (state == "active_pending_free") tally.pool.pending_free += size;
@@ -269,6 +253,7 @@ class Converter {
     const Node& devices = list(id, "device_traces");
     for (std::size_t d = 0; d < devices.items.size(); ++d) {
       const Node& entries = list(devices.items[d], fmt::format("device_traces[{}]", d));
+      std::optional<double> latest;  // the latest time_us so far on this device
       for (std::size_t i = 0; i < entries.items.size(); ++i) {
         const std::string where = fmt::format("device_traces[{}][{}]", d, i);
         spend(where);
@@ -278,6 +263,7 @@ class Converter {
         if (action == nullptr || action->kind != Kind::kStr) fail(where, "no 'action' string");
         Entry entry;
         entry.device = static_cast<std::uint32_t>(d);
+        entry.index = i;
         const std::string& a = action->s;
         if (a == "alloc")
           entry.action = Action::kAlloc;
@@ -315,6 +301,7 @@ class Converter {
           if (!v || !std::isfinite(*v) || *v < 0 || *v > 1.8e16)
             fail(where, "'time_us' is not a time in microseconds");
           entry.time_us = *v;
+          history_.timed(entry, latest);
         }
         if (entry.action == Action::kAlloc) entry.label = site_of(e, where).label;
         if (mark) entry.label = a;
@@ -451,6 +438,7 @@ class Converter {
         entries_[i].time_us = static_cast<double>(i);
     }
     normalise_frees();
+    history_.same_time(entries_);
     index_pools();
     // The state before the first event: the final state with the recorded events undone.
     std::map<std::uint64_t, Live> segs = end_segments_, blocks = end_blocks_;
@@ -462,6 +450,9 @@ class Converter {
       if (it->action == Action::kFree)
         blocks.try_emplace(it->addr, Live{it->size, it->device, it->stream, {}});
     }
+    history_.drop_wrapping(segs, "a segment live before the first event");
+    history_.drop_wrapping(blocks, "a block live before the first event");
+    history_.walk(blocks, entries_);
     const std::uint64_t t0 =
         entries_.empty() ? 0 : static_cast<std::uint64_t>(*entries_.front().time_us * 1000.0);
     for (const auto& [addr, l] : segs)
@@ -486,6 +477,7 @@ class Converter {
       trace.warnings.push_back(fmt::format(
           "{}: no recorded events (history was off): the trace is the state at the snapshot",
           name_));
+    for (std::string& note : history_.notes()) trace.warnings.push_back(std::move(note));
     for (const Entry& e : entries_) {
       EventKind kind = EventKind::kAlloc;
       switch (e.action) {
@@ -567,6 +559,7 @@ class Converter {
   const std::string& name_;
   std::size_t budget_;
   bool strict_;
+  HistoryCheck history_;
   std::map<std::uint64_t, Live> end_segments_, end_blocks_;
   std::map<std::uint64_t, PoolKey> segment_pool_;  // segment address -> its pool
   std::map<PoolKey, PoolTally> pools_;

@@ -131,6 +131,40 @@ def pools_snapshot():
             "allocator_settings": {}}
 
 
+def hostile_snapshot():
+    """A history that cannot be true: a double free, a block over a live one, an address whose
+    range wraps past 2^64, and an event recorded before the one above it."""
+    events = []
+
+    def ev(action, addr, size, t):
+        events.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+                       "frames": []})
+
+    ev("alloc", B, MiB, 100)
+    ev("free_requested", B, MiB, 110)
+    ev("free_completed", B, MiB, 111)
+    ev("free_requested", B, MiB, 120)  # again: a double free
+    ev("alloc", B, 4 * MiB, 130)
+    ev("alloc", B + MiB, MiB, 140)  # inside the live 4 MiB block
+    ev("alloc", 2**64 - 4096, 8192, 150)  # wraps past 2^64
+    ev("free_requested", 2**64 - 4096, 8192, 155)
+    ev("alloc", B + 8 * MiB, 2 * MiB, 145)  # before the event above it
+    ev("free_requested", B, 4 * MiB, 160)
+    ev("free_requested", B + MiB, MiB, 170)
+    ev("free_requested", B + 8 * MiB, 2 * MiB, 180)
+    return {"segments": [], "device_traces": [events]}
+
+
+def same_time_snapshot(n=3000):
+    """n alloc/free pairs all at one time_us."""
+    events = []
+    for i in range(n):
+        for action in ("alloc", "free_requested"):
+            events.append({"action": action, "addr": B + i * MiB, "size": MiB, "stream": 0,
+                           "time_us": 5, "frames": []})
+    return {"segments": [], "device_traces": [events]}
+
+
 class Boom:
     """Pickles as a call of os.system: a reader that executes pickles would run it."""
 
@@ -155,6 +189,8 @@ def main():
     write("segments_only.pickle", {"segments": cuda_snapshot()["segments"]})
     write("pools.pickle", pools_snapshot())
     write("not_snapshot.pickle", {"hello": [1, 2, 3]})
+    write("hostile.pickle", hostile_snapshot())
+    write("same_time.pickle", same_time_snapshot())
     write("evil.pickle", {"segments": [], "device_traces": [[Boom(os.path.join(out, "pwned"))]]})
     with open(os.path.join(out, "truncated.pickle"), "wb") as f:
         f.write(pickle.dumps(cuda_snapshot(), protocol=4)[:200])

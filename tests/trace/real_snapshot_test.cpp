@@ -76,6 +76,11 @@ TEST_P(RealSnapshot, TotalsEqualPyTorchsAndEveryCommandRuns) {
   EXPECT_EQ(segments, x.segments);
   // Every event's pool is one of the snapshot's.
   for (const TraceEvent& e : t.events) ASSERT_LT(e.pool, t.snapshot->pools.size());
+  // Histories PyTorch wrote are consistent: none of the notes a hostile snapshot gets.
+  for (const std::string& w : t.warnings)
+    for (const char* inconsistent :
+         {"double free", "overlapping a live block", "wraps past", "out of time order"})
+      EXPECT_EQ(w.find(inconsistent), std::string::npos) << w;
 
   // analyze: the pools and totals in its text and JSON, requested said apart.
   const Analysis a = analyze(t);

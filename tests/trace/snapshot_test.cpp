@@ -219,6 +219,47 @@ TEST(Snapshot, SegmentsAloneGiveTheStateAtTheSnapshot) {
   EXPECT_EQ(t.events[3].address, 0x7F0002000000u);  // address from the segment's start
 }
 
+// A snapshot whose history cannot be true is read, each inconsistency counted and named in the
+// analysis notes (as the CSV reader names what it skipped), none crashing or skewing a figure.
+TEST(Snapshot, InconsistentHistoriesAreCountedAndNamed) {
+  Trace t = read_trace(file("hostile.pickle"));
+  auto note = [&](const std::string& part) {
+    for (const auto& w : t.warnings)
+      if (w.find(part) != std::string::npos) return w;
+    return std::string();
+  };
+  EXPECT_NE(note("1 double free(s) (first device_traces[0][3]: 0x7f0002000000): dropped"), "")
+      << ::testing::PrintToString(t.warnings);
+  EXPECT_NE(note("1 block(s) overlapping a live block (first device_traces[0][5]: 0x7f0002100000 "
+                 "+ 1048576 B over the live block 0x7f0002000000 + 4194304 B)"),
+            "")
+      << ::testing::PrintToString(t.warnings);
+  EXPECT_NE(note("1 address(es) whose range wraps past 2^64 (first device_traces[0][6]: "
+                 "0xfffffffffffff000 + 8192 B): dropped"),
+            "")
+      << ::testing::PrintToString(t.warnings);
+  EXPECT_NE(note("1 event(s) out of time order (first device_traces[0][8] at 145 us, after 155 "
+                 "us): sorted by time"),
+            "")
+      << ::testing::PrintToString(t.warnings);
+  for (const auto& e : t.events) EXPECT_LT(e.address, 0xfffffffffffff000u);
+  Analysis a = analyze(t);
+  EXPECT_EQ(a.peak_live, 7 * MiB);  // 4 + 1 + 2 MiB: the dropped block and free count nothing
+  bool in_notes = false;
+  for (const auto& s : a.skipped) in_notes = in_notes || s.find("double free") != std::string::npos;
+  EXPECT_TRUE(in_notes);
+
+  Trace same = read_trace(file("same_time.pickle"));
+  bool warned = false;
+  for (const auto& w : same.warnings)
+    warned =
+        warned ||
+        w.find("6000 of 6000 events share one time (5 us): rates and durations are not real") !=
+            std::string::npos;
+  EXPECT_TRUE(warned) << ::testing::PrintToString(same.warnings);
+  EXPECT_EQ(analyze(same).peak_live, MiB);
+}
+
 TEST(Snapshot, WrongLayoutsAndFilesAreRefusedByName) {
   EXPECT_NE(error_of([] {
               read_trace(file("not_snapshot.pickle"));
