@@ -108,15 +108,27 @@ def export(name, out, size):
         return g.op("Mul", self, g.op("Constant", value_t=torch.tensor(0.0)))
 
     torch.onnx.register_custom_op_symbolic("aten::zero", zero, 13)
+    # nn.MultiheadAttention's inference fast path (aten::_native_multi_head_attention, taken in
+    # eval mode without grad) has no ONNX symbolic: ViT exports with it off, as its written-out
+    # attention. The inference (infer) keeps PyTorch's default, the fast path the user runs.
+    torch.backends.mha.set_fastpath_enabled(False)
     torch.manual_seed(0)
     model = build(name)
     x = torch.randn(1, 3, size, size)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out))) as scratch:
         raw = os.path.join(scratch, "model.onnx")
-        torch.onnx.export(model, x, raw, opset_version=13, input_names=["input"],
-                          output_names=["output"], dynamic_axes={"input": {0: "batch"},
-                                                                 "output": {0: "batch"}},
-                          do_constant_folding=True, dynamo=False)
+        # Opset 13 as before; a model whose attention is F.scaled_dot_product_attention (ViT)
+        # needs 14, where torch.onnx writes it out as MatMul, Softmax, MatMul.
+        for opset in (13, 14):
+            try:
+                torch.onnx.export(model, x, raw, opset_version=opset, input_names=["input"],
+                                  output_names=["output"],
+                                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                                  do_constant_folding=True, dynamo=False)
+                break
+            except torch.onnx.errors.UnsupportedOperatorError:
+                if opset == 14:
+                    raise
         del model
         m = onnx.load(raw, load_external_data=False)
         for init in m.graph.initializer:
