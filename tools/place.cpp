@@ -27,7 +27,7 @@ struct PlaceArgs {
   std::string devices;
   std::vector<std::string> dims;
   std::string dtype = "fp32";
-  std::string runtime = "static";
+  std::string runtime;  // "" = eager (the pools run under PyTorch or torch_npu)
   std::string strategy;
   std::string overhead;
   int replicas = 1;
@@ -48,7 +48,7 @@ std::vector<sizing::ModelSpec> models_of(const PlaceArgs& a) {
   if (!a.models.empty() && !a.models_file.empty())
     throw InvalidInput("give ONNX files or --models FILE, not both");
   if (!a.models_file.empty()) {
-    if (!a.dims.empty() || a.dtype != "fp32" || a.runtime != "static" || a.replicas != 1)
+    if (!a.dims.empty() || a.dtype != "fp32" || !a.runtime.empty() || a.replicas != 1)
       throw InvalidInput(
           "--dim, --dtype, --runtime and --replicas go with ONNX files; a models file gives "
           "them per model");
@@ -70,7 +70,8 @@ std::vector<sizing::ModelSpec> models_of(const PlaceArgs& a) {
       throw InvalidInput(fmt::format("--dim {} given twice", name));
   }
   for (const auto& path : a.models) check_input_file(path, "ONNX model file");
-  return sizing::models_from_files(a.models, dims, a.dtype, model::parse_runtime(a.runtime),
+  return sizing::models_from_files(a.models, dims, a.dtype,
+                                   model::parse_runtime(a.runtime.empty() ? "eager" : a.runtime),
                                    a.replicas);
 }
 
@@ -142,7 +143,9 @@ void setup_place(CLI::App& app, int& exit_code) {
   cmd->add_option("--dtype", a->dtype, "Precision of the ONNX files' float tensors")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
-  cmd->add_option("--runtime", a->runtime, "Lifetimes planned for: static or eager")
+  cmd->add_option("--runtime", a->runtime,
+                  "Lifetimes planned for: eager (PyTorch, torch_npu; the default) or static (ONNX "
+                  "Runtime, a compiled graph)")
       ->check(CLI::IsMember({"static", "eager"}))
       ->capture_default_str();
   cmd->add_option("--strategy", a->strategy,

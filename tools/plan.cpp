@@ -34,7 +34,7 @@ struct PlanArgs {
   std::string dtype = "fp32";
   bool keep_weights_dtype = false;
   std::size_t alignment = 64;
-  std::string runtime = "static";
+  std::string runtime;  // "" = eager with --device-memory (pool quotas), else static
   std::string buckets;
   std::string lengths;
   std::optional<double> safety;
@@ -72,7 +72,12 @@ model::PlanOptions plan_options(const PlanArgs& args) {
   o.dtype = args.dtype;
   o.keep_weights_dtype = args.keep_weights_dtype;
   o.alignment = args.alignment;
-  o.runtime = model::parse_runtime(args.runtime);
+  // Where pool quotas are printed (--device-memory: a shared device, --fit) they are for the
+  // framework that will run the model; PyTorch and torch_npu run it eagerly, and a static
+  // executor's quota overflows under them. Without --device-memory both figures are printed.
+  o.runtime = model::parse_runtime(!args.runtime.empty()        ? args.runtime
+                                   : args.device_memory.empty() ? "static"
+                                                                : "eager");
   o.in_place = !args.no_in_place;
   o.alias = !args.no_alias;
   o.eager_conv_workspace = !args.no_conv_workspace;
@@ -196,9 +201,10 @@ void setup_plan(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"stored", "memory"}))
       ->capture_default_str();
   cmd->add_option("--runtime", args->runtime,
-                  "static or eager: plan for a static executor with in-place reuse (static) or "
-                  "for PyTorch-style eager execution (eager); both figures are printed")
-      ->capture_default_str();
+                  "static or eager: plan for a static executor with in-place reuse (static: ONNX "
+                  "Runtime, a compiled graph) or for PyTorch-style eager execution (eager: "
+                  "PyTorch, torch_npu); both figures are printed. Default: eager with "
+                  "--device-memory (the quotas are for PyTorch), else static");
   cmd->add_option("--dtype", args->dtype,
                   "fp32 (as stored), fp16 or bf16: plan float32 activations and weights at that "
                   "width")

@@ -29,6 +29,9 @@ STATIC_PRESET="device:npu,strategy:static,model_type:cnn"
 #    a pool (named after its file) and its quota; threads select theirs with modelmem.pool(name)
 #    or modelmem_npu_pool_push(name). --overhead 0: the emulated runtime of the tests keeps no
 #    context of its own; on an Ascend device leave out --overhead (the NPU default is 1 GiB).
+#    The quotas are for torch_npu, which runs the models eagerly: that is the default with
+#    --device-memory (--runtime static sizes them for a static executor such as MindSpore's
+#    graph mode or ONNX Runtime, and such quotas overflow under torch_npu).
 POOLS="device:npu,$("$MODELMEM" plan "$MODEL" "$SECOND" --dim batch=1 --dim seq=128 \
   --device-memory 1GiB --device-kind npu --overhead 0 |
   grep -o 'pools:\[[^]]*\]' | tail -n 1)"

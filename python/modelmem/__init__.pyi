@@ -97,7 +97,7 @@ class DevicePlan:
     def to_json(self, path: _Path) -> None: ...
 
 def plan_device(paths: Union[_Path, Sequence[_Path]], device_memory: _Size, dims: _Dims = None,
-                dtype: Optional[str] = None, runtime: str = "static",
+                dtype: Optional[str] = None, runtime: str = "eager",
                 strategy: Optional[str] = None, overhead: Optional[Union[str, int, float]] = None,
                 device_kind: str = "cuda", keep_weights_dtype: bool = False,
                 safety: Optional[float] = None, order: str = "stored", solver: str = "best",
@@ -133,14 +133,14 @@ class FitEach:
 
 @overload
 def fit(paths: Union[_Path, Sequence[_Path]], dim: str, device_memory: _Size, dims: _Dims = None,
-        dtype: Optional[str] = None, runtime: str = "static", strategy: Optional[str] = None,
+        dtype: Optional[str] = None, runtime: str = "eager", strategy: Optional[str] = None,
         overhead: Optional[Union[str, int, float]] = None, device_kind: str = "cuda",
         each: Literal[False] = False, keep_weights_dtype: bool = False,
         safety: Optional[float] = None, order: str = "stored", solver: str = "best",
         time_limit: float = 10, max_value: int = 16777216) -> Fit: ...
 @overload
 def fit(paths: Union[_Path, Sequence[_Path]], dim: str, device_memory: _Size, dims: _Dims = None,
-        dtype: Optional[str] = None, runtime: str = "static", strategy: Optional[str] = None,
+        dtype: Optional[str] = None, runtime: str = "eager", strategy: Optional[str] = None,
         overhead: Optional[Union[str, int, float]] = None, device_kind: str = "cuda", *,
         each: Literal[True], keep_weights_dtype: bool = False, safety: Optional[float] = None,
         order: str = "stored", solver: str = "best", time_limit: float = 10,
@@ -170,7 +170,7 @@ class Placement:
     def cap(self, replica: int, target: str) -> Dict[str, Any]: ...
 
 def place(models: Union[str, Sequence[str]], devices: str, dims: Mapping[str, int] = ...,
-          dtype: str = "fp32", runtime: str = "static", replicas: int = 1, exact_limit: int = 12,
+          dtype: str = "fp32", runtime: Optional[str] = None, replicas: int = 1, exact_limit: int = 12,
           templates: bool = True, spread: bool = True, strategy: str = "",
           overhead: str = "") -> Placement: ...
 

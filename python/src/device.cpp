@@ -219,11 +219,11 @@ void bind_device(py::module_& m) {
                       safety, order, solver, time_limit, ignore_model_limits));
       },
       py::arg("paths"), py::arg("device_memory"), py::arg("dims") = py::none(),
-      py::arg("dtype") = py::none(), py::arg("runtime") = "static",
-      py::arg("strategy") = py::none(), py::arg("overhead") = py::none(),
-      py::arg("device_kind") = "cuda", py::arg("keep_weights_dtype") = false,
-      py::arg("safety") = py::none(), py::arg("order") = "stored", py::arg("solver") = "best",
-      py::arg("time_limit") = 10.0, py::arg("ignore_model_limits") = false,
+      py::arg("dtype") = py::none(), py::arg("runtime") = "eager", py::arg("strategy") = py::none(),
+      py::arg("overhead") = py::none(), py::arg("device_kind") = "cuda",
+      py::arg("keep_weights_dtype") = false, py::arg("safety") = py::none(),
+      py::arg("order") = "stored", py::arg("solver") = "best", py::arg("time_limit") = 10.0,
+      py::arg("ignore_model_limits") = false,
       R"(Shares a device among models, as `modelmem plan MODEL... --device-memory SIZE` does: each
 model's pool gets its need on the strategy as quota, the process adds the overhead once.
 
@@ -244,9 +244,8 @@ modelmem.pool(name) take), report(), to_json(). Raises InvalidInputError with th
                              keep_weights_dtype, safety, order, solver, time_limit, false));
       },
       py::arg("paths"), py::arg("dim"), py::arg("device_memory"), py::arg("dims") = py::none(),
-      py::arg("dtype") = py::none(), py::arg("runtime") = "static",
-      py::arg("strategy") = py::none(), py::arg("overhead") = py::none(),
-      py::arg("device_kind") = "cuda", py::arg("each") = false,
+      py::arg("dtype") = py::none(), py::arg("runtime") = "eager", py::arg("strategy") = py::none(),
+      py::arg("overhead") = py::none(), py::arg("device_kind") = "cuda", py::arg("each") = false,
       py::arg("keep_weights_dtype") = false, py::arg("safety") = py::none(),
       py::arg("order") = "stored", py::arg("solver") = "best", py::arg("time_limit") = 10.0,
       py::arg("max_value") = std::int64_t{1} << 24,

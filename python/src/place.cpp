@@ -19,19 +19,19 @@ using sizing::Placement;
 
 Placement place(const std::variant<std::string, std::vector<std::string>>& models,
                 const std::string& devices, const std::map<std::string, std::int64_t>& dims,
-                const std::string& dtype, const std::string& runtime, int replicas,
+                const std::string& dtype, const std::optional<std::string>& runtime, int replicas,
                 std::size_t exact_limit, bool templates, bool spread, const std::string& strategy,
                 const std::string& overhead) {
   std::vector<sizing::ModelSpec> specs;
   if (const auto* file = std::get_if<std::string>(&models)) {
-    if (!dims.empty() || dtype != "fp32" || runtime != "static" || replicas != 1)
+    if (!dims.empty() || dtype != "fp32" || runtime || replicas != 1)
       throw InvalidInput(
           "dims, dtype, runtime and replicas go with a list of ONNX files; a models file gives "
           "them per model");
     specs = sizing::read_models(*file);
   } else {
     specs = sizing::models_from_files(std::get<std::vector<std::string>>(models), dims, dtype,
-                                      model::parse_runtime(runtime), replicas);
+                                      model::parse_runtime(runtime.value_or("eager")), replicas);
   }
   sizing::PlaceOptions o;
   o.strategy = strategy;
@@ -145,7 +145,7 @@ void bind_place(py::module_& m) {
       });
   m.def("place", &place, py::arg("models"), py::arg("devices"),
         py::arg("dims") = std::map<std::string, std::int64_t>{}, py::arg("dtype") = "fp32",
-        py::arg("runtime") = "static", py::arg("replicas") = 1, py::arg("exact_limit") = 12,
+        py::arg("runtime") = py::none(), py::arg("replicas") = 1, py::arg("exact_limit") = 12,
         py::arg("templates") = true, py::arg("spread") = true, py::arg("strategy") = "",
         py::arg("overhead") = "",
         R"(Places every replica of several models on devices, as `modelmem place` does.

@@ -144,6 +144,11 @@ std::string render_text(const DeviceNeed& dn) {
   line(fmt::format("device         {} shared by {} models: each pool's quota is its {} need on {}",
                    model::bytes_text(dp.device_memory), dp.models.size(),
                    model::runtime_name(dp.runtime), strategy));
+  line(dp.runtime == model::Runtime::kEager
+           ? "runtime        eager: the models run under PyTorch or torch_npu (--runtime static "
+             "for ONNX Runtime or a compiled graph)"
+           : "runtime        static: the models run under a static executor, ONNX Runtime or a "
+             "compiled graph (--runtime eager for PyTorch or torch_npu)");
   line(fmt::format("  {:<16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}", "pool", "weights",
                    "need ideal", "need eager", "need", "quota", "reserved"));
   for (std::size_t i = 0; i < dp.models.size(); ++i) {

@@ -494,9 +494,12 @@ TEST(Journeys, TwoModelsRunUnderThePoolsPlanPrintsWithoutAnOom) {
   constexpr int kSize = 112;
   const std::string r18 = exported("resnet18", kSize);
   const std::string mnv2 = exported("mobilenet_v2", kSize);
+  // No --runtime: with --device-memory the quotas are for PyTorch by default (eager).
   Result plan = run({kCli, "plan", r18, mnv2, "--dim", "batch=4", "--device-memory", "512MiB",
-                     "--runtime", "eager", "--device-kind", "host"});
+                     "--device-kind", "host"});
   ASSERT_EQ(plan.code, 0) << plan.out << plan.err;
+  EXPECT_NE(plan.out.find("runtime        eager: the models run under PyTorch"), std::string::npos)
+      << plan.out;
   const std::string conf = config_after(plan.out, "config         one process, every model: ");
   ASSERT_NE(conf.find("mobilenet_v2:"), std::string::npos) << plan.out;
   Result both = run({kCli, "run", "--preload", kPreload, "--report", "--conf", conf, "--", kPython,
@@ -516,8 +519,8 @@ TEST(Journeys, ThePoolPlaceGivesAContainerRunsItsModelAndFourTimesTheBatchIsRefu
   if (!have_torch())
     GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
   const std::string model = kDir + "/../../models/resnet50.onnx";
-  Result placed = run(
-      {kCli, "place", model, "--dim", "batch=2", "--runtime", "eager", "--devices", "1x1GiB:cpu"});
+  Result placed =
+      run({kCli, "place", model, "--dim", "batch=2", "--devices", "1x1GiB:cpu"});  // eager: default
   ASSERT_EQ(placed.code, 0) << placed.out << placed.err;
   const std::string conf = config_after(placed.out, "config         resnet50 on host: ");
   ASSERT_NE(conf.find("pools:[resnet50:"), std::string::npos) << placed.out;

@@ -138,15 +138,26 @@ TEST_F(PlanCli, LongAliasChainsAreShortened) {
 TEST_F(PlanCli, ModelsSharingADevice) {
   const std::string both = model("tiny.onnx") + " " + model("resnet50.onnx");
   CliRun r =
-      tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB");
+      tool("plan " + both +
+           " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB --runtime static");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("fit            yes"), std::string::npos) << r.out;
-  // tiny's 105 KiB take one 2 MiB segment of the caching pool that serves it.
+  EXPECT_NE(r.out.find("runtime        static: the models run under a static executor"),
+            std::string::npos)
+      << r.out;
+  // tiny's 105 KiB take one 2 MiB segment of the caching pool that serves it (a static
+  // executor's sequence; PyTorch's, the default with --device-memory, is below).
   EXPECT_NE(r.out.find("config         tiny: pools:[tiny:2],default_pool:tiny"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("config         resnet50: pools:[resnet50:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("every model: pools:[tiny:2,resnet50:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("overhead       64.00 MiB: --overhead 64MiB"), std::string::npos) << r.out;
+  CliRun eager =
+      tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB");
+  ASSERT_EQ(eager.code, 0) << eager.out << eager.err;
+  EXPECT_NE(eager.out.find("each pool's quota is its eager need on strategy:caching"),
+            std::string::npos)
+      << eager.out;
 
   fs::path json = dir_ / "share.json";
   r = tool("plan " + both +

@@ -92,7 +92,8 @@ struct ModelSpec {
   std::string path;  ///< ONNX file
   std::map<std::string, std::int64_t> dims;
   std::string dtype = "fp32";
-  model::Runtime runtime = model::Runtime::kStatic;
+  /// eager by default: a placed pool runs under PyTorch or torch_npu unless the file says static
+  model::Runtime runtime = model::Runtime::kEager;
   int replicas = 1;
   std::string image = "modelmem-serve:latest";  ///< container image in the emitted objects
   std::string strategy;  ///< the pool's strategy (strategy_config); "" = PlaceOptions::strategy
