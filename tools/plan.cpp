@@ -269,7 +269,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
     exit_code = run_plan_serve(
         *serve, {args->device_memory, cmd->count("--dtype") ? args->dtype : "", args->lengths,
                  args->json, cmd->count("--runtime") ? args->runtime : "", args->strategy,
-                 args->overhead, args->device_kind});
+                 args->overhead, args->device_kind, args->ignore_model_limits});
   });
 }
 

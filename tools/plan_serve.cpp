@@ -107,6 +107,7 @@ int run_plan_serve(const ServeArgs& a, const PlanShared& shared) {
   o.onnx = a.onnx;
   if (!shared.runtime.empty()) o.runtime = shared.runtime;
   o.engine_fraction = a.engine_fraction;
+  o.ignore_model_limits = shared.ignore_model_limits;
   o.device_memory = 1;  // checked below, after the cheap checks
   sizing::validate(o);
   if (!shared.lengths.empty() && fs::is_directory(shared.lengths))

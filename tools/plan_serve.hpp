@@ -32,10 +32,11 @@ struct PlanShared {
   std::string dtype;  ///< "" when --dtype was not given
   std::string lengths;
   std::string json;
-  std::string runtime;      ///< "" when --runtime was not given
-  std::string strategy;     ///< --strategy: the need of the weights and the steps
-  std::string overhead;     ///< --overhead text ("" = the device kind's default)
-  std::string device_kind;  ///< --device-kind
+  std::string runtime;               ///< "" when --runtime was not given
+  std::string strategy;              ///< --strategy: the need of the weights and the steps
+  std::string overhead;              ///< --overhead text ("" = the device kind's default)
+  std::string device_kind;           ///< --device-kind
+  bool ignore_model_limits = false;  ///< --ignore-model-limits: a context past the positions
 };
 
 std::shared_ptr<ServeArgs> add_serve_options(CLI::App* plan);

@@ -178,6 +178,37 @@ ModelConfig read_model_config(const std::string& path) {
   if (m.intermediate == 0) m.intermediate = 4 * m.hidden;
   m.vocab = int_of(c, {"vocab_size"});
   m.max_positions = int_of(c, {"max_position_embeddings", "n_positions", "n_ctx"});
+  for (const char* key : {"max_position_embeddings", "n_positions", "n_ctx"})
+    if (c.contains(key) && m.max_positions > 0) {
+      m.max_positions_source = fmt::format("{} {}", key, m.max_positions);
+      break;
+    }
+  if (m.max_positions < 0) fail("max_position_embeddings < 0");
+  // Rope scaling stretches the positions by its factor (rope_scaling, or transformers 5's
+  // rope_parameters); llama3 and longrope configs give the stretched count already.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    auto it = c.find(key);
+    if (it == c.end() || !it->is_object() || m.max_positions <= 0) continue;
+    std::string type;
+    for (const char* t : {"rope_type", "type"})
+      if (it->contains(t) && (*it)[t].is_string()) type = (*it)[t].get<std::string>();
+    if (type != "linear" && type != "dynamic" && type != "yarn") continue;
+    if (!it->contains("factor") || !(*it)["factor"].is_number()) continue;
+    const double factor = (*it)["factor"].get<double>();
+    if (!(factor >= 1 && factor <= 1024))
+      fail(fmt::format("{} factor {} is not in [1, 1024]", key, factor));
+    std::int64_t base = m.max_positions;
+    const bool original = type == "yarn" && it->contains("original_max_position_embeddings") &&
+                          (*it)["original_max_position_embeddings"].is_number_integer();
+    if (original) base = (*it)["original_max_position_embeddings"].get<std::int64_t>();
+    if (base <= 0) fail(fmt::format("{} original_max_position_embeddings <= 0", key));
+    m.max_positions = static_cast<std::int64_t>(static_cast<double>(base) * factor);
+    m.max_positions_source =
+        fmt::format("{} {} x {} factor {} ({})",
+                    original ? "original_max_position_embeddings" : "max_position_embeddings", base,
+                    key, factor, type);
+    break;
+  }
   m.kv_lora_rank = int_of(c, {"kv_lora_rank"});
   m.qk_rope_head_dim = int_of(c, {"qk_rope_head_dim"});
   if (m.kv_lora_rank < 0 || m.qk_rope_head_dim < 0) fail("kv_lora_rank or qk_rope_head_dim < 0");

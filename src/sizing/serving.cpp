@@ -17,9 +17,11 @@
 #include "modelmem/model/buckets.hpp"
 #include "modelmem/model/checkpoint.hpp"
 #include "modelmem/model/lifetimes.hpp"
+#include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/solve.hpp"
 #include "modelmem/plan/problem.hpp"
 #include "modelmem/sizing/plan_need.hpp"
+#include "sizing/engine_vllm.hpp"
 #include "sizing/serving_steps.hpp"
 
 namespace modelmem::sizing {
@@ -324,6 +326,7 @@ void add_engines(ServePlan& p, const ServeOptions& o) {
         "its profile (vLLM #57475, vllm-ascend #8260): count it in --overhead",
         difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
         format_bytes(static_cast<std::size_t>((1 - f) * dev)));
+    add_vllm_logs(e, p, o);
     p.engines.push_back(std::move(e));
   }
   {
@@ -379,6 +382,43 @@ void add_engines(ServePlan& p, const ServeOptions& o) {
   }
 }
 
+// The rows of an ONNX decoder's position tables, the fewest of them: the longest sequence it
+// takes. A position table is a learned embedding gathered at positions the graph computes
+// (model::table_limits) or at a graph input of positions (GPT-2's position_ids).
+void onnx_positions(const std::string& path, const ServeOptions& o, ServePlan& p) {
+  const model::DecoderSignature sig = model::read_decoder_signature(path, o.kv_pairs);
+  model::LoadOptions load;
+  load.dims = model::step_dims(sig, 1, 1, 1);
+  const model::Graph g = model::load_onnx(path, load);
+  auto table = [&](const std::string& name, std::size_t rows) {
+    if (p.model_max_positions == 0 || static_cast<std::int64_t>(rows) < p.model_max_positions) {
+      p.model_max_positions = static_cast<std::int64_t>(rows);
+      p.model_positions_source = fmt::format("position table '{}' ({} rows)", name, rows);
+    }
+  };
+  for (const auto& limit : model::table_limits(g)) table(limit.table, limit.rows);
+  for (const auto& node : g.nodes) {
+    if (node.op_type != "Gather" || !node.domain.empty() || node.inputs.size() < 2 ||
+        node.inputs[0] < 0 || node.inputs[1] < 0)
+      continue;
+    const model::Tensor& weights = g.tensors[node.inputs[0]];
+    const model::Tensor& indices = g.tensors[node.inputs[1]];
+    if (weights.kind == model::TensorKind::kWeight && weights.shape.size() == 2 &&
+        weights.shape[0] > 0 && indices.kind == model::TensorKind::kInput &&
+        indices.name.find("position") != std::string::npos)
+      table(weights.name, static_cast<std::size_t>(weights.shape[0]));
+  }
+}
+
+// A context past the model's positions is refused, as vLLM refuses such a --max-model-len.
+void check_positions(const ServePlan& p, const ServeOptions& o) {
+  if (p.model_max_positions > 0 && p.context > p.model_max_positions && !o.ignore_model_limits)
+    throw InvalidInput(fmt::format(
+        "{}: --context {} is longer than the model's {} positions ({}); engines refuse a longer "
+        "max-model-len (--ignore-model-limits plans it anyway)",
+        p.model, p.context, p.model_max_positions, p.model_positions_source));
+}
+
 }  // namespace
 
 model::Graph step_graph(const std::string& path, const model::DecoderSignature& sig,
@@ -425,7 +465,9 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
     model::Checkpoint ck = model::read_checkpoint(model);
     const auto& c = ck.config;
     p.model_max_positions = c.max_positions;
+    p.model_positions_source = c.max_positions_source;
     p.context = o.context ? o.context : (c.max_positions ? c.max_positions : 8192);
+    check_positions(p, o);
     std::string stored = c.torch_dtype.empty() ? "bf16" : c.torch_dtype;
     std::size_t elem = model::dtype_size(o.dtype.empty() ? stored : o.dtype, "--dtype");
     std::size_t kv_elem = o.kv_dtype.empty() ? elem : model::dtype_size(o.kv_dtype, "--kv-dtype");
@@ -447,7 +489,9 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
     s.weight_blocks = engine_weight_blocks(ck, o.tp, o.dtype.empty() ? 0 : elem);
   } else {
     p.source = "onnx";
-    p.context = o.context ? o.context : 8192;
+    onnx_positions(model, o, p);
+    p.context = o.context ? o.context : (p.model_max_positions ? p.model_max_positions : 8192);
+    check_positions(p, o);
     p.decode_batch = o.max_num_seqs;
     p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
     if (o.tp != 1)
@@ -496,7 +540,9 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
                                              static_cast<double>(p.sequence_bytes)
                                        : 0;
   p.max_sequences = p.sequence_bytes ? p.kv_cache_bytes / p.sequence_bytes : 0;
-  const std::int64_t cap = p.model_max_positions > 0 ? p.model_max_positions : (1LL << 40);
+  const std::int64_t cap = p.model_max_positions > 0 && !o.ignore_model_limits
+                               ? std::max(p.model_max_positions, p.context)
+                               : (1LL << 40);
   p.max_context = longest_context(p.kv, p.kv_cache_bytes, p.block_size, cap, p.max_context_capped);
 
   if (!lengths.empty() || o.mean_context) {

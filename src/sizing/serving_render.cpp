@@ -108,6 +108,7 @@ std::string render_text(const ServePlan& p) {
     s += fmt::format("  {:<13}own formula: {} tokens, {}\n", "",
                      count_text(static_cast<std::size_t>(std::max(0LL, e.default_kv_tokens))),
                      e.difference);
+    if (!e.logs.empty()) s += fmt::format("  {:<13}logs: {}\n", "", e.logs);
   }
   return s;
 }
@@ -172,6 +173,10 @@ std::string render_json_text(const ServePlan& p) {
     formulas[e.engine] = {{"command", e.command},
                           {"default_kv_tokens", e.default_kv_tokens},
                           {"difference", e.difference}};
+    if (!e.logs.empty()) {
+      formulas[e.engine]["logs"] = e.logs;
+      for (const auto& [k, v] : e.log_figures) formulas[e.engine]["log_figures"][k] = v;
+    }
   }
   j["engines"] = engines;
   j["engine_formulas"] = formulas;

@@ -161,7 +161,10 @@ TEST_F(Serving, PlanSeparatesWeightsKvAndStepActivations) {
             j["weights_bytes"].get<std::size_t>() + j["activation_peak_bytes"].get<std::size_t>());
   const std::size_t non_kv = need + j["overhead_bytes"].get<std::size_t>();
   EXPECT_EQ(blocks, (device - non_kv) / (16 * 4096));
-  EXPECT_EQ(j["max_context"], kv_tokens);
+  // One sequence could hold every KV token, but the export's position table has 1,024 rows.
+  EXPECT_GT(kv_tokens, 1024u);
+  EXPECT_EQ(j["max_context"], 1024);
+  EXPECT_EQ(j["max_context_capped"], true);
   EXPECT_NEAR(j["max_concurrency"].get<double>(), static_cast<double>(blocks) / 32, 1e-9);
   // The KV cache is outside the step's activations: the decode step of 16 sequences at 512
   // tokens would hold 16 x 512 x 4096 = 32 MiB of KV, far more than its activations.
@@ -311,6 +314,59 @@ TEST_F(Serving, SlidingWindowFromTheGraphOrTheFlag) {
   EXPECT_EQ(one["kv_layers"]["sliding"]["layers"], 1);
   EXPECT_EQ(one["kv_layers"]["full"]["layers"], 1);
   EXPECT_EQ(one["sequence_bytes"], (5 + 32) * 16 * 2048);
+}
+
+// The context never passes the model's positions without --ignore-model-limits: an export's
+// position table (1,024 rows here) or a checkpoint's max_position_embeddings (scaled by rope
+// scaling's factor, as vLLM derives its longest --max-model-len).
+TEST_F(Serving, ContextStaysWithinTheModelsPositions) {
+  auto refused = [&](const std::string& args, const std::string& needle) {
+    auto r = tool("plan --serve " + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  };
+  const std::string g = (fx_ / "g.onnx").string();
+  refused(g + " --device-memory 64MiB --overhead 0 --context 8192",
+          "--context 8192 is longer than the model's 1024 positions (position table 'wpe.weight'");
+  // Without --context the export's rows are the context, as a checkpoint's positions are.
+  json d = plan_json(g + " --device-memory 256MiB --overhead 0", "rows.json");
+  EXPECT_EQ(d["context"], 1024);
+  EXPECT_EQ(d["engines"]["vllm"]["--max-model-len"], "1024");
+  json i =
+      plan_json(g + " --device-memory 512MiB --overhead 0 --context 2048 --ignore-model-limits",
+                "ignored.json");
+  EXPECT_EQ(i["engines"]["vllm"]["--max-model-len"], "2048");
+  EXPECT_EQ(i["max_context_capped"], false);
+
+  // A Llama-2-shaped config of 4,096 positions on the fixture checkpoint's tensors.
+  const fs::path ck = dir_ / "ck4096";
+  fs::create_directories(ck);
+  for (const auto& f : fs::directory_iterator(fx_ / "ck"))
+    if (f.path().extension() == ".safetensors")
+      fs::copy_file(f.path(), ck / f.path().filename(), fs::copy_options::overwrite_existing);
+  std::ifstream in(fx_ / "ck" / "config.json");
+  json config = json::parse(in);
+  config.erase("n_positions");
+  config["max_position_embeddings"] = 4096;
+  auto write = [&](const json& c) { std::ofstream(ck / "config.json") << c.dump(); };
+  write(config);
+  refused(ck.string() + " --device-memory 64GiB --context 32768",
+          "--context 32768 is longer than the model's 4096 positions (max_position_embeddings "
+          "4096)");
+  EXPECT_EQ(plan_json(ck.string() + " --device-memory 64GiB", "ck.json")["context"], 4096);
+  // YaRN stretches the original positions by its factor; a linear factor the stated ones.
+  config["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 4096}};
+  write(config);
+  EXPECT_EQ(plan_json(ck.string() + " --device-memory 64GiB --context 32768",
+                      "yarn.json")["engines"]["vllm"]["--max-model-len"],
+            "32768");
+  refused(ck.string() + " --device-memory 64GiB --context 32769",
+          "32768 positions (original_max_position_embeddings 4096 x rope_scaling factor 8 (yarn))");
+  config["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  write(config);
+  refused(ck.string() + " --device-memory 64GiB --context 8193", "8192 positions");
 }
 
 TEST_F(Serving, BadInputIsOneLineBeforeAnyOutput) {

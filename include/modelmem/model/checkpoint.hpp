@@ -39,7 +39,11 @@ struct ModelConfig {
   std::int64_t head_dim = 0;  ///< head_dim, or hidden / heads
   std::int64_t intermediate = 0;
   std::int64_t vocab = 0;
-  std::int64_t max_positions = 0;        ///< max_position_embeddings / n_positions (0: not given)
+  /// The positions the model takes: max_position_embeddings / n_positions (0: not given), times
+  /// the factor of a linear, dynamic or YaRN rope_scaling (YaRN: of its
+  /// original_max_position_embeddings), as vLLM derives its longest --max-model-len.
+  std::int64_t max_positions = 0;
+  std::string max_positions_source;      ///< how max_positions was read ("max_position_embeddings")
   std::int64_t sliding_window = 0;       ///< 0: none
   std::vector<std::string> layer_types;  ///< per layer: "full_attention" / "sliding_attention"
   std::int64_t kv_lora_rank = 0;         ///< MLA

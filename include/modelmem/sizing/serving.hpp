@@ -49,6 +49,9 @@ struct ServeOptions {
   std::string onnx;  ///< checkpoint path: the ONNX export its activations are planned from
   std::string runtime = "eager";  ///< activation figure: eager (PyTorch peak) or static arena
   double engine_fraction = 0.9;   ///< the engines' default fraction compared with
+  /// Plan a context past the model's positions (its config's, or an ONNX position table's
+  /// rows) instead of refusing it, as plan's --ignore-model-limits.
+  bool ignore_model_limits = false;
 };
 
 /// Rejects bad options with InvalidInput before anything is read.
@@ -60,6 +63,10 @@ struct EngineSettings {
   std::string command;                          ///< the flags as one line
   long long default_kv_tokens = 0;  ///< what the engine's own formula gives at its default
   std::string difference;           ///< how much and why it differs from kv_tokens
+  /// What the engine logs at start with these settings, by its own block arithmetic ("" where
+  /// not restated), e.g. vLLM's "KV cache size: N tokens, Maximum concurrency ...: X.XXx".
+  std::string logs;
+  std::map<std::string, double> log_figures;  ///< the same as numbers (JSON), by name
 };
 
 struct ServePlan {
@@ -94,13 +101,14 @@ struct ServePlan {
   std::size_t kv_block_bytes = 0;      ///< block_size tokens
   std::size_t kv_cache_bytes = 0;      ///< the pool: whole blocks
   std::size_t kv_blocks = 0;
-  std::size_t kv_tokens = 0;        ///< kv_blocks x block_size
-  std::size_t sequence_bytes = 0;   ///< one sequence at the context, in blocks
-  double max_concurrency = 0;       ///< sequences at the context (vLLM's "X.XXx")
-  std::size_t max_sequences = 0;    ///< whole sequences at the context
-  std::int64_t max_context = 0;     ///< the longest one sequence can be alone
-  bool max_context_capped = false;  ///< max_context stopped at the model's positions
-  std::int64_t model_max_positions = 0;
+  std::size_t kv_tokens = 0;             ///< kv_blocks x block_size
+  std::size_t sequence_bytes = 0;        ///< one sequence at the context, in blocks
+  double max_concurrency = 0;            ///< sequences at the context (vLLM's "X.XXx")
+  std::size_t max_sequences = 0;         ///< whole sequences at the context
+  std::int64_t max_context = 0;          ///< the longest one sequence can be alone
+  bool max_context_capped = false;       ///< max_context stopped at the model's positions
+  std::int64_t model_max_positions = 0;  ///< 0: the model states none
+  std::string model_positions_source;    ///< where model_max_positions comes from
   // Capacity over a distribution of request lengths (lengths file or mean).
   std::optional<double> mean_request_tokens;
   std::size_t requests = 0;                ///< lengths read (0 with mean_context)
