@@ -80,6 +80,9 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
                   "NAME=N (a KV input or layer number; repeatable; default: found in the graph)");
   cmd->add_option("--onnx", a->onnx,
                   "--serve with a checkpoint: plan the step activations from this ONNX export");
+  cmd->add_option("--engine", a->engine,
+                  "--serve: print one engine's settings: vllm, sglang or tensorrt_llm (default "
+                  "all; docs/serving.md has the table)");
   cmd->add_option("--engine-fraction", a->engine_fraction,
                   "--serve: the engines' memory fraction their own formula is shown at")
       ->capture_default_str();
@@ -108,6 +111,7 @@ int run_plan_serve(const ServeArgs& a, const PlanShared& shared) {
   if (!shared.runtime.empty()) o.runtime = shared.runtime;
   o.engine_fraction = a.engine_fraction;
   o.ignore_model_limits = shared.ignore_model_limits;
+  o.engine = a.engine;
   o.device_memory = 1;  // checked below, after the cheap checks
   sizing::validate(o);
   if (!shared.lengths.empty() && fs::is_directory(shared.lengths))

@@ -24,6 +24,7 @@ struct ServeArgs {
   std::vector<std::string> kv_window;
   std::string onnx;
   double engine_fraction = 0.9;
+  std::string engine;  ///< --engine: one engine's settings
 };
 
 /// The values of plan's own flags that the serving plan reads.

@@ -11,6 +11,7 @@
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/checked.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/sizing/engines.hpp"
 #include "modelmem/sizing/placement.hpp"
 #include "modelmem/sizing/plan_need.hpp"
 #include "modelmem/sizing/serving.hpp"
@@ -45,11 +46,9 @@ void finish(PlacementNeed& n) {
 std::map<std::string, std::string> engine_env(const ServePlan& p, Backend backend) {
   std::map<std::string, std::string> env;
   for (const auto& e : p.engines) {
-    if (e.engine == "tensorrt_llm" && backend != Backend::kCuda) continue;
-    std::string name = "MODELMEM_";
-    for (char c : e.engine == "tensorrt_llm" ? std::string("trtllm") : e.engine)
-      name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    env[name + "_ARGS"] = e.command;
+    const EngineInfo& row = find_engine(e.engine);
+    if (row.cuda_only && backend != Backend::kCuda) continue;
+    env[fmt::format("MODELMEM_{}_ARGS", row.env_name)] = e.command;
   }
   return env;
 }

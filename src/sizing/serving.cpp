@@ -20,8 +20,8 @@
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/solve.hpp"
 #include "modelmem/plan/problem.hpp"
+#include "modelmem/sizing/engines.hpp"
 #include "modelmem/sizing/plan_need.hpp"
-#include "sizing/engine_vllm.hpp"
 #include "sizing/serving_steps.hpp"
 
 namespace modelmem::sizing {
@@ -52,6 +52,7 @@ void validate(const ServeOptions& o) {
   sizing.overhead = o.overhead;
   sizing.backend = o.backend;
   validate(sizing, o.device_memory);
+  if (!o.engine.empty()) find_engine(o.engine);
   if (!(o.engine_fraction > 0 && o.engine_fraction <= 1))
     throw InvalidInput(fmt::format("--engine-fraction {}: must be in (0, 1]", o.engine_fraction));
 }
@@ -284,102 +285,6 @@ std::int64_t longest_context(const model::KvCache& kv, std::size_t pool, std::in
     (kv.sequence_bytes(mid, block) <= pool ? lo : hi) = mid;
   }
   return lo;
-}
-
-std::string fixed4_up(double v) {
-  return fmt::format("{:.4f}", std::ceil(v * 10000.0) / 10000.0);
-}
-
-long long tokens_of(double bytes, std::size_t block_bytes, std::int64_t block) {
-  if (bytes <= 0) return 0;
-  return static_cast<long long>(std::floor(bytes / static_cast<double>(block_bytes))) * block;
-}
-
-std::string difference_text(long long theirs, std::size_t ours) {
-  const long long d = theirs - static_cast<long long>(ours);
-  const double pct = ours ? 100.0 * static_cast<double>(d) / static_cast<double>(ours) : 0.0;
-  return fmt::format("{:+} tokens ({:+.1f} %)", d, pct);
-}
-
-void add_engines(ServePlan& p, const ServeOptions& o) {
-  const double dev = static_cast<double>(p.device_memory);
-  const double f = o.engine_fraction;
-  const std::size_t non_kv = p.need.total;  // the weights and the steps on the strategy + overhead
-  const std::string kv_dtype = o.kv_dtype.empty() ? "auto" : o.kv_dtype;
-  {
-    EngineSettings e;
-    e.engine = "vllm";
-    e.settings["--kv-cache-memory-bytes"] = std::to_string(p.kv_cache_bytes);
-    e.settings["--gpu-memory-utilization"] =
-        fixed4_up(static_cast<double>(non_kv + p.kv_cache_bytes) / dev);
-    e.settings["--max-model-len"] = std::to_string(p.context);
-    e.settings["--max-num-seqs"] = std::to_string(p.decode_batch);
-    e.settings["--max-num-batched-tokens"] = std::to_string(p.prefill_tokens);
-    e.settings["--block-size"] = std::to_string(p.block_size);
-    e.settings["--tensor-parallel-size"] = std::to_string(p.tp);
-    if (!o.kv_dtype.empty()) e.settings["--kv-cache-dtype"] = o.kv_dtype;
-    e.default_kv_tokens =
-        tokens_of(f * dev - static_cast<double>(non_kv), p.kv_block_bytes, p.block_size);
-    e.difference = fmt::format(
-        "{} at --gpu-memory-utilization {:.2f}: KV = {:.2f} x device - (weights + profiled peak "
-        "+ non-torch memory), so {} of the device stays unused; graph capture memory is not in "
-        "its profile (vLLM #57475, vllm-ascend #8260): count it in --overhead",
-        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
-        format_bytes(static_cast<std::size_t>((1 - f) * dev)));
-    add_vllm_logs(e, p, o);
-    p.engines.push_back(std::move(e));
-  }
-  {
-    EngineSettings e;
-    e.engine = "sglang";
-    e.settings["--mem-fraction-static"] =
-        fixed4_up(static_cast<double>(p.weights_bytes + p.kv_cache_bytes) / dev);
-    e.settings["--max-total-tokens"] = std::to_string(p.kv_tokens);
-    e.settings["--context-length"] = std::to_string(p.context);
-    e.settings["--max-running-requests"] = std::to_string(p.decode_batch);
-    e.settings["--chunked-prefill-size"] = std::to_string(p.prefill_tokens);
-    e.settings["--tp"] = std::to_string(p.tp);
-    if (!o.kv_dtype.empty()) e.settings["--kv-cache-dtype"] = o.kv_dtype;
-    const double kv = f * dev - static_cast<double>(p.weights_bytes);
-    e.default_kv_tokens =
-        kv <= 0
-            ? 0
-            : static_cast<long long>(std::floor(kv / static_cast<double>(p.kv_bytes_per_token)));
-    e.difference = fmt::format(
-        "{} at --mem-fraction-static {:.2f}: weights + KV = {:.2f} x device, the rest ({}) left "
-        "for activations and graphs whatever they need (planned here: {}); tokens are not rounded "
-        "to blocks (page size 1)",
-        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
-        format_bytes(static_cast<std::size_t>((1 - f) * dev)),
-        format_bytes(p.activation_bytes + p.overhead_bytes));
-    p.engines.push_back(std::move(e));
-  }
-  {
-    EngineSettings e;
-    e.engine = "tensorrt_llm";
-    const double free_bytes = dev - static_cast<double>(non_kv);
-    e.settings["free_gpu_memory_fraction"] =
-        fixed4_up(static_cast<double>(p.kv_cache_bytes) / free_bytes);
-    e.settings["max_tokens"] = std::to_string(p.kv_tokens);
-    e.settings["tokens_per_block"] = std::to_string(p.block_size);
-    e.settings["max_seq_len"] = std::to_string(p.context);
-    e.settings["max_batch_size"] = std::to_string(p.decode_batch);
-    e.settings["max_num_tokens"] = std::to_string(p.prefill_tokens);
-    e.settings["tensor_parallel_size"] = std::to_string(p.tp);
-    e.default_kv_tokens = tokens_of(f * free_bytes, p.kv_block_bytes, p.block_size);
-    e.difference = fmt::format(
-        "{} at free_gpu_memory_fraction {:.2f}: KV = {:.2f} x the memory free after weights and "
-        "activations, so {} of the free memory stays unused{}",
-        difference_text(e.default_kv_tokens, p.kv_tokens), f, f,
-        format_bytes(static_cast<std::size_t>((1 - f) * std::max(free_bytes, 0.0))),
-        (p.block_size & (p.block_size - 1)) ? "; tokens_per_block must be a power of 2" : "");
-    p.engines.push_back(std::move(e));
-  }
-  for (auto& e : p.engines) {
-    for (const auto& [k, v] : e.settings)
-      e.command +=
-          (e.command.empty() ? "" : " ") + (k.rfind("--", 0) == 0 ? k + " " + v : k + "=" + v);
-  }
 }
 
 // The rows of an ONNX decoder's position tables, the fewest of them: the longest sequence it

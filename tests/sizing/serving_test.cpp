@@ -18,6 +18,7 @@
 #include "modelmem/alloc/system_allocator.hpp"
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/sizing/engines.hpp"
 #include "modelmem/sizing/need.hpp"
 #include "modelmem/sizing/serving.hpp"
 #include "modelmem/trace/trace.hpp"
@@ -369,6 +370,22 @@ TEST_F(Serving, ContextStaysWithinTheModelsPositions) {
   refused(ck.string() + " --device-memory 64GiB --context 8193", "8192 positions");
 }
 
+// The engine table: --engine prints one row; the engines that do not run here say so.
+TEST_F(Serving, OneEngineFromTheTable) {
+  const std::string g = (fx_ / "g.onnx").string();
+  json all = plan_json(g + kServe, "all.json");
+  ASSERT_EQ(all["engines"].size(), sizing::engine_table().size());
+  for (const auto& row : sizing::engine_table()) {
+    json one = plan_json(g + kServe + " --engine " + row.name, std::string(row.name) + ".json");
+    ASSERT_EQ(one["engines"].size(), 1u);
+    EXPECT_EQ(one["engines"][row.name], all["engines"][row.name]);
+    const std::string difference = one["engine_formulas"][row.name]["difference"];
+    EXPECT_EQ(difference.find("does not run here") != std::string::npos, *row.run_here == 0)
+        << difference;
+  }
+  EXPECT_TRUE(all["engine_formulas"]["vllm"].contains("log_figures"));
+}
+
 TEST_F(Serving, BadInputIsOneLineBeforeAnyOutput) {
   auto rejects = [&](const std::string& args, const std::string& needle) {
     auto r = tool("plan " + args);
@@ -390,6 +407,8 @@ TEST_F(Serving, BadInputIsOneLineBeforeAnyOutput) {
   rejects("--serve " + (dir_ / "nothing").string() + " --device-memory 64MiB", "no such ONNX file");
   rejects("--serve " + g + " " + g + " --device-memory 64MiB", "give no other model");
   rejects("--serve " + g + " --device-memory 64MiB --mean-context 100 --lengths " + g, "give one");
+  rejects("--serve " + g + " --device-memory 64MiB --engine nope",
+          "--engine nope: expected one of vllm, sglang, tensorrt_llm");
 }
 
 }  // namespace

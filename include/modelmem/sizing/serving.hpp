@@ -52,6 +52,7 @@ struct ServeOptions {
   /// Plan a context past the model's positions (its config's, or an ONNX position table's
   /// rows) instead of refusing it, as plan's --ignore-model-limits.
   bool ignore_model_limits = false;
+  std::string engine;  ///< --engine: one engine's settings (engine_table()); "" = every engine
 };
 
 /// Rejects bad options with InvalidInput before anything is read.
