@@ -6,7 +6,9 @@
 writes DIR/<name>/config.json with the model's published config values and model.safetensors
 holding every tensor of the architecture in its header, the data a hole (a sparse file: no disk
 space, no data). `modelmem plan --serve DIR/<name>` reads them as it reads a real checkpoint (the
-header only). Names: llama2_7b, llama3_8b, mistral_7b, qwen2_7b, deepseek_v2_lite.
+header only). Names: llama2_7b, llama3_8b, llama3_2_1b, mistral_7b, qwen2_7b, qwen3_14b,
+deepseek_v2_lite (llama3_2_1b and qwen3_14b: the models of the real engine logs compared in
+docs/benchmarks.md, "engines").
 """
 import json
 import os
@@ -20,6 +22,17 @@ MODELS = {
     "llama3_8b": dict(model_type="llama", num_hidden_layers=32, hidden_size=4096,
                       num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
                       vocab_size=128256, max_position_embeddings=8192, torch_dtype="bfloat16"),
+    "llama3_2_1b": dict(model_type="llama", num_hidden_layers=16, hidden_size=2048,
+                        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                        intermediate_size=8192, vocab_size=128256,
+                        max_position_embeddings=131072, tie_word_embeddings=True,
+                        rope_scaling=dict(rope_type="llama3", factor=32.0,
+                                          original_max_position_embeddings=8192),
+                        torch_dtype="bfloat16"),
+    "qwen3_14b": dict(model_type="qwen3", num_hidden_layers=40, hidden_size=5120,
+                      num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                      intermediate_size=17408, vocab_size=151936, max_position_embeddings=40960,
+                      tie_word_embeddings=False, torch_dtype="bfloat16"),
     "mistral_7b": dict(model_type="mistral", num_hidden_layers=32, hidden_size=4096,
                        num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
                        vocab_size=32000, max_position_embeddings=32768, sliding_window=4096,
@@ -40,8 +53,9 @@ MODELS = {
 
 def tensors(c):
     h, v = c["hidden_size"], c["vocab_size"]
-    out = [("model.embed_tokens.weight", [v, h]), ("model.norm.weight", [h]),
-           ("lm_head.weight", [v, h])]
+    out = [("model.embed_tokens.weight", [v, h]), ("model.norm.weight", [h])]
+    if not c.get("tie_word_embeddings"):
+        out.append(("lm_head.weight", [v, h]))
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -62,6 +76,8 @@ def tensors(c):
                 if bias:
                     out.append((p + f"self_attn.{name}_proj.bias", [rows]))
             out.append((p + "self_attn.o_proj.weight", [h, heads * d]))
+            if c["model_type"] == "qwen3":
+                out += [(p + "self_attn.q_norm.weight", [d]), (p + "self_attn.k_norm.weight", [d])]
         experts = c.get("n_routed_experts", 0)
         if experts and i >= c.get("first_k_dense_replace", 0):
             m = c["moe_intermediate_size"]
