@@ -36,7 +36,8 @@ py::object plan_serving(const std::filesystem::path& model, const py::object& de
                         std::optional<double> mean_context, const std::vector<std::string>& kv,
                         const std::optional<std::filesystem::path>& onnx,
                         const std::string& runtime, const std::optional<std::string>& strategy,
-                        const std::string& device_kind, const std::vector<std::string>& kv_window) {
+                        const std::string& device_kind, const std::vector<std::string>& kv_window,
+                        const std::optional<std::string>& engine, bool ignore_model_limits) {
   sizing::ServeOptions o;
   o.device_memory = size_of(device_memory, "device_memory");
   o.context = context;
@@ -57,6 +58,8 @@ py::object plan_serving(const std::filesystem::path& model, const py::object& de
   for (const auto& w : kv_window) o.kv_windows.push_back(model::parse_kv_window(w));
   if (onnx) o.onnx = onnx->string();
   o.runtime = runtime;
+  o.engine = engine.value_or("");
+  o.ignore_model_limits = ignore_model_limits;
   std::string text;
   {
     py::gil_scoped_release nogil;
@@ -77,12 +80,14 @@ void bind_serving(py::module_& m) {
       py::arg("kv") = std::vector<std::string>{}, py::arg("onnx") = py::none(),
       py::arg("runtime") = "eager", py::arg("strategy") = py::none(),
       py::arg("device_kind") = "cuda", py::arg("kv_window") = std::vector<std::string>{},
+      py::arg("engine") = py::none(), py::arg("ignore_model_limits") = false,
       R"(The serving plan of a decoder LLM (what `modelmem plan --serve MODEL` prints), as the dict
 of its --json: weights_bytes, activation_bytes (decode_ and prefill_activation_bytes),
 kv_bytes_per_token, kv_tokens, max_concurrency, max_context, engines (per engine, a dict of
 setting -> value) and the rest. model: an ONNX decoder exported with its KV cache or a Hugging
 Face checkpoint folder; device_memory: bytes or "64GiB"; context 0: the model's max positions
-(8192 for ONNX); kv: ["INPUT=OUTPUT", ...] names the KV pairs of an export; kv_window: ["N"] or ["NAME=N", ...]
+(an export's position table rows, else 8192), never more unless ignore_model_limits; engine:
+one engine's settings ("vllm", "sglang", "tensorrt_llm"; None: all); kv: ["INPUT=OUTPUT", ...] names the KV pairs of an export; kv_window: ["N"] or ["NAME=N", ...]
 gives sliding windows (else found in the export's graph); onnx: with a
 checkpoint, the export its step activations are planned from; strategy, overhead and
 device_kind as for plan(): the weights and the steps are sized on the strategy that serves them

@@ -85,6 +85,8 @@ def test_vllm_allocates_what_modelmem_prints(family, tmp_path):
     assert context == CONTEXT
     assert seen["num_blocks"] == figures["num_blocks"], (seen, vllm["logs"])
     assert seen["groups"] == figures["kv_cache_groups"], (seen, vllm["logs"])
+    # It allocated the printed bytes: whole blocks of the row's block bytes.
+    assert seen["kv_allocated_bytes"] == int(p["engines"]["vllm"]["--kv-cache-memory-bytes"])
     assert tokens == figures["kv_cache_tokens"], (m[0], vllm["logs"])
     assert concurrency == f"{figures['max_concurrency']:.2f}", (m[0], vllm["logs"])
     assert f"KV cache size: {m[1]} tokens" in text

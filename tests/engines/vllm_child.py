@@ -41,10 +41,16 @@ def main():
     sched = core.scheduler
     result = {"num_blocks": sched.kv_cache_config.num_blocks,
               "groups": len(sched.kv_cache_config.kv_cache_groups)}
+    # The KV cache vLLM allocated: the distinct storages behind its layers' kv_cache views.
     runner = core.model_executor.driver_worker.worker.model_runner
-    result["weight_bytes"] = sum(p.numel() * p.element_size()
-                                 for p in runner.model.parameters())
-    result["buffer_bytes"] = sum(b.numel() * b.element_size() for b in runner.model.buffers())
+    storages = {}
+    for module in runner.model.modules():
+        kv = getattr(module, "kv_cache", None)
+        for t in kv if isinstance(kv, (list, tuple)) else [kv]:
+            if hasattr(t, "untyped_storage"):
+                storage = t.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    result["kv_allocated_bytes"] = sum(storages.values())
     if len(sys.argv) > 3:
         n, prompt, out = (int(a) for a in sys.argv[3:6])
         batches = [n] + [int(a) for a in sys.argv[6:7]]

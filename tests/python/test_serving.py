@@ -31,6 +31,13 @@ def test_plan_serving_returns_what_the_cli_writes(tmp_path):
     w = modelmem.plan_serving(DECODER, "64MiB", kv_window=["64"], strategy="expandable", **ARGS)
     assert w["kv_layers"]["sliding"] == {"layers": 2, "bytes_per_token": 4096, "window": 64}
     assert w["strategy"] == "strategy:caching,expandable_segments:True"
+    one = modelmem.plan_serving(DECODER, "64MiB", engine="vllm", **ARGS)
+    assert list(one["engines"]) == ["vllm"] and one["engines"]["vllm"] == p["engines"]["vllm"]
+    long = dict(ARGS, context=2048)
+    with pytest.raises(modelmem.InvalidInputError, match="longer than the model's 1024 positions"):
+        modelmem.plan_serving(DECODER, "512MiB", **long)
+    assert modelmem.plan_serving(DECODER, "512MiB", ignore_model_limits=True,
+                                 **long)["context"] == 2048
 
 
 def test_plan_serving_bad_input():
