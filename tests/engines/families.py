@@ -15,6 +15,10 @@ FAMILIES = {
                                       sliding_window=256)),
     "gemma2": ("Gemma2Config", dict(num_attention_heads=8, num_key_value_heads=4, head_dim=32,
                                     sliding_window=256, query_pre_attn_scalar=32)),
+    # Gemma-3: 5 sliding layers to 1 full (its layer_types), 6 layers: 6 KV cache groups in vLLM.
+    "gemma3": ("Gemma3TextConfig", dict(num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                                        sliding_window=128, query_pre_attn_scalar=32,
+                                        num_hidden_layers=6)),
     "mixtral": ("MixtralConfig", dict(num_attention_heads=8, num_key_value_heads=2,
                                       num_local_experts=4, num_experts_per_tok=2,
                                       sliding_window=None)),
