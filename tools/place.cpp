@@ -39,6 +39,7 @@ struct PlaceArgs {
   std::string ns;
   std::string dra_driver;
   std::string dra_capacity = "memory";
+  std::string ray_app = "app:build";
   std::string out;
 };
 
@@ -100,6 +101,7 @@ int run_place(const PlaceArgs& a) {
   eo.ns = a.ns;
   eo.dra_driver = a.dra_driver;
   eo.dra_capacity = a.dra_capacity;
+  eo.ray_app = a.ray_app;
   const sizing::Placement pl = sizing::place(specs, devices, po);
   if (target) {
     if (!pl.fits())
@@ -171,8 +173,8 @@ void setup_place(CLI::App& app, int& exit_code) {
                 "its own)");
   cmd->add_option("--emit", a->emit,
                   "Print only the objects of one scheduler: hami (Deployments), vnpu (Pods on "
-                  "static vNPU templates), dra (DeviceClass, ResourceClaims, Pods), ray (Serve "
-                  "deployments)")
+                  "static vNPU templates), dra (DeviceClass, ResourceClaims, Pods), ray (a Serve "
+                  "config: an application per replica, and the ray start resources)")
       ->check(CLI::IsMember({"hami", "vnpu", "dra", "ray"}));
   cmd->add_flag("--pods", a->pods, "hami: one Pod per replica instead of a Deployment per model");
   cmd->add_option("--namespace", a->ns, "metadata.namespace of the emitted objects");
@@ -180,6 +182,10 @@ void setup_place(CLI::App& app, int& exit_code) {
                   "dra: the driver name the DeviceClass selects (GPUs: gpu.nvidia.com)");
   cmd->add_option("--dra-capacity", a->dra_capacity,
                   "dra: the capacity name the driver publishes for device memory")
+      ->capture_default_str();
+  cmd->add_option("--ray-app", a->ray_app,
+                  "ray: the import path of your Serve application builder (MODULE:BUILDER); it "
+                  "gets args {model, replica, device}")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Write hami.yaml, vnpu.yaml, dra.yaml and ray.yaml here");
   cmd->callback([a, &exit_code] { exit_code = run_place(*a); });

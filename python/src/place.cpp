@@ -124,16 +124,19 @@ void bind_place(py::module_& m) {
       .def(
           "emit",
           [](const Placement& p, const std::string& target, bool pods, const std::string& ns,
-             const std::string& dra_driver, const std::string& dra_capacity) {
+             const std::string& dra_driver, const std::string& dra_capacity,
+             const std::string& ray_app) {
             sizing::EmitOptions o;
             o.pods = pods;
             o.ns = ns;
             o.dra_driver = dra_driver;
             o.dra_capacity = dra_capacity;
+            o.ray_app = ray_app;
             return sizing::emit(p, sizing::parse_target(target), o);
           },
           py::arg("target"), py::arg("pods") = false, py::arg("namespace") = "",
           py::arg("dra_driver") = "", py::arg("dra_capacity") = "memory",
+          py::arg("ray_app") = "app:build",
           "What `modelmem place --emit TARGET` prints (hami, vnpu, dra, ray): YAML text.")
       .def("cap", &cap, py::arg("replica"), py::arg("target"),
            "The cap inside replica i's container under target: visible, request, fraction and "

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
 
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
@@ -133,7 +135,8 @@ ContainerCap container_cap(const Placement& pl, std::size_t replica, Target targ
   const Replica& r = pl.replicas.at(replica);
   const Device& d = device_of(pl, replica);
   const Accelerator& kind = accelerator(d.kind);
-  if (kind.backend == Backend::kHost)
+  const bool host = kind.backend == Backend::kHost;
+  if (host && target != Target::kRay)
     throw InvalidInput(fmt::format(
         "--emit {}: device {} is a cpu budget, which no scheduler hands out as a device (its "
         "MODELMEM_ALLOC_CONF is in the report's config lines)",
@@ -169,13 +172,16 @@ ContainerCap container_cap(const Placement& pl, std::size_t replica, Target targ
     case Target::kDra:
     case Target::kRay:
       c.visible = d.bytes;
-      c.seen = fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
+      c.seen =
+          host ? fmt::format("a cpu budget of {} MiB (the pool's quota is the cap)", d.bytes / kMiB)
+               : fmt::format("the whole {} ({} MiB)", kind.name, d.bytes / kMiB);
       break;
   }
   // The allocator's cap is the need: the overhead lies outside it, and the two make the request.
   c.fraction = exact_fraction(c.need, c.visible);
   c.modelmem_conf = pool_conf(pl, r.model, kind.backend);
   c.engine_env = n.engine_env;
+  if (host) return c;  // PyTorch's CPU allocator has no cap; the pool's quota is the cap
   c.torch_var = kind.ascend ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
   c.torch_conf = "per_process_memory_fraction:" + fraction_text(c.fraction);
   return c;
@@ -186,7 +192,7 @@ namespace {
 Json env_of(const ContainerCap& c) {
   Json env = Json::array();
   env.push_back({{"name", "MODELMEM_ALLOC_CONF"}, {"value", c.modelmem_conf}});
-  env.push_back({{"name", c.torch_var}, {"value", c.torch_conf}});
+  if (!c.torch_var.empty()) env.push_back({{"name", c.torch_var}, {"value", c.torch_conf}});
   for (const auto& [var, value] : c.engine_env) env.push_back({{"name", var}, {"value", value}});
   return env;
 }
@@ -214,8 +220,7 @@ std::string comment(const Placement& pl, std::size_t i, const ContainerCap& c) {
       static_cast<std::size_t>(c.fraction * static_cast<double>(c.visible)));
 }
 
-// Replicas of model m; a Deployment (and a Ray deployment) gives every replica one spec, so
-// their caps must agree.
+// Replicas of model m; a Deployment gives every replica one spec, so their caps must agree.
 std::vector<std::size_t> replicas_of(const Placement& pl, std::size_t m) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < pl.replicas.size(); ++i)
@@ -384,36 +389,66 @@ std::string emit_dra(const Placement& pl, const EmitOptions& o) {
   return out;
 }
 
-std::string emit_ray(const Placement& pl) {
-  Json deployments = Json::array();
+// Ray's name for a device's memory: a custom resource per device counted in MiB, declared by
+// `ray start --resources` on the device's node (docs/fleet.md: why not GPU fractions).
+std::string ray_resource(const Device& d) {
+  std::string name = "modelmem_mib_" + d.name();
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) c = '_';
+  return name;
+}
+
+std::string ray_start_lines(const Placement& pl) {
+  // One `ray start` per node, in the order the devices were given; the first node is the head.
+  std::vector<std::string> nodes;
+  std::map<std::string, Json> resources;
+  for (const Device& d : pl.devices) {
+    if (!resources.count(d.node)) nodes.push_back(d.node), resources[d.node] = Json::object();
+    resources[d.node][ray_resource(d)] = d.bytes / kMiB;
+  }
+  std::string out;
+  for (std::size_t n = 0; n < nodes.size(); ++n)
+    out += fmt::format("# ray-start {}: ray start {} --resources='{}'\n",
+                       nodes[n].empty() ? "(this node)" : nodes[n],
+                       n == 0 ? "--head" : "--address=HEAD:6379", resources[nodes[n]].dump());
+  return out;
+}
+
+std::string emit_ray(const Placement& pl, const EmitOptions& o) {
+  Json applications = Json::array();
   std::string notes;
-  for (std::size_t m = 0; m < pl.models.size(); ++m) {
-    const auto reps = replicas_of(pl, m);
-    const ContainerCap c = one_cap(pl, m, Target::kRay, "Ray deployment");
-    const Accelerator& kind = accelerator(device_of(pl, reps[0]).kind);
-    // Ray's fractional resources are logical (they limit nothing) and kept to 4 decimals;
-    // rounded up so that Ray never packs more replicas on a device than the memory allows.
-    const double share =
-        std::ceil(static_cast<double>(c.request) / static_cast<double>(c.visible) * 1e4 - 1e-9) /
-        1e4;
-    Json options = Json::object();
-    if (kind.ascend)
-      options["resources"] = {{"NPU", share}};
-    else
-      options["num_gpus"] = share;
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const Replica& r = pl.replicas[i];
+    const Device& d = device_of(pl, i);
+    const Accelerator& kind = accelerator(d.kind);
+    const ContainerCap c = container_cap(pl, i, Target::kRay);
     Json env = Json::object();
     env["MODELMEM_ALLOC_CONF"] = c.modelmem_conf;
-    env[c.torch_var] = c.torch_conf;
+    if (!c.torch_var.empty()) env[c.torch_var] = c.torch_conf;
+    // The device the replica was placed on, as its runtime numbers them on the node (Ray sets no
+    // visible-devices variable for an actor that asks for no GPUs).
+    if (kind.backend != Backend::kHost)
+      env[kind.ascend ? "ASCEND_RT_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES"] =
+          std::to_string(d.index);
     for (const auto& [var, value] : c.engine_env) env[var] = value;
-    options["runtime_env"] = {{"env_vars", env}};
-    deployments.push_back({{"name", pl.models[m].name},
-                           {"num_replicas", reps.size()},
-                           {"ray_actor_options", options}});
-    for (std::size_t i : reps) notes += comment(pl, i, c);
+    const std::string name = pl.replica_name(i);
+    Json options = {{"resources", {{ray_resource(d), r.request / kMiB}}},
+                    {"runtime_env", {{"env_vars", env}}}};
+    applications.push_back(
+        {{"name", name},
+         {"route_prefix", "/" + name},
+         {"import_path", o.ray_app},
+         {"args", {{"model", pl.models[r.model].name}, {"replica", name}, {"device", d.name()}}},
+         {"deployments", Json::array({{{"name", pl.models[r.model].name},
+                                       {"num_replicas", 1},
+                                       {"ray_actor_options", options}}})}});
+    notes += comment(pl, i, c);
   }
-  return "# Ray Serve: the deployments section of a Serve config (serve deploy); the shares are\n"
-         "# logical, the caps are the environment variables.\n" +
-         notes + yaml(Json{{"deployments", deployments}});
+  return "# Ray Serve config (serve deploy / serve run): one application per replica, pinned to "
+         "the\n"
+         "# device it was placed on by a custom resource counting that device's memory in MiB;\n"
+         "# start each node with its devices' resources:\n" +
+         ray_start_lines(pl) + notes + yaml(Json{{"applications", applications}});
 }
 
 }  // namespace
@@ -430,7 +465,7 @@ std::string emit(const Placement& pl, Target target, const EmitOptions& o) {
     case Target::kDra:
       return emit_dra(pl, o);
     case Target::kRay:
-      return emit_ray(pl);
+      return emit_ray(pl, o);
   }
   return "";
 }

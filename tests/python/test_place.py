@@ -197,17 +197,34 @@ def test_dra_objects_match_the_api_reference(models_file):
             check_env(d["spec"]["containers"][0], mib, "PYTORCH_CUDA_ALLOC_CONF")
 
 
-def test_ray_serve_options(models_file):
-    doc = yaml.safe_load(place("--models", models_file, "--devices", "8x910A", "--emit", "ray"))
-    names = {d["name"]: d for d in doc["deployments"]}
-    assert names["tiny"]["num_replicas"] == 3
-    for d in doc["deployments"]:
-        options = d["ray_actor_options"]
+def test_ray_serve_config(models_file):
+    # One application per replica, pinned by the MiB resource of the device it was placed on,
+    # which the `ray start` comment declares at the device's memory (tests/fleet runs it).
+    text = place("--models", models_file, "--devices", "8x910A", "--emit", "ray")
+    doc = yaml.safe_load(text)
+    (start,) = re.findall(r"^# ray-start \(this node\): ray start --head --resources='(.*)'$",
+                          text, re.M)
+    declared = json.loads(start)
+    assert declared == {f"modelmem_mib_{i}": 32768 for i in range(8)}
+    apps = doc["applications"]
+    assert [a["name"] for a in apps].count("tiny-0") == 1 and len(apps) == 5
+    used = {}
+    for a in apps:
+        assert a["route_prefix"] == "/" + a["name"] and a["import_path"] == "app:build"
+        (dep,) = a["deployments"]
+        assert dep["name"] == a["args"]["model"] and dep["num_replicas"] == 1
+        options = dep["ray_actor_options"]
         assert set(options) == {"resources", "runtime_env"}
-        share = options["resources"]["NPU"]
-        assert 0 < share <= 1 and round(share, 4) == share
+        ((resource, mib),) = options["resources"].items()
+        assert resource == f"modelmem_mib_{a['args']['device']}" and isinstance(mib, int)
+        used[resource] = used.get(resource, 0) + mib
         env = options["runtime_env"]["env_vars"]
-        assert set(env) == {"MODELMEM_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF"}
+        assert set(env) == {"MODELMEM_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF",
+                            "ASCEND_RT_VISIBLE_DEVICES"}
+        assert env["ASCEND_RT_VISIBLE_DEVICES"] == a["args"]["device"]
+        check_env({"name": dep["name"], "env": [{"name": k, "value": v} for k, v in env.items()]},
+                  mib, "PYTORCH_NPU_ALLOC_CONF")
+    assert all(used[r] <= declared[r] for r in used)
 
 
 def test_no_placement_is_one_line_per_replica():

@@ -86,6 +86,12 @@ TEST(PlaceNeed, IsPlansNeedOnTheStrategyPerKindAndTheRequestAddsTheOverheadOnce)
     EXPECT_EQ(pl.replicas[i].request, pl.need_on(pl.replicas[i].model, d).request);
     if (d.kind == "cpu") {
       EXPECT_THROW(container_cap(pl, i, Target::kHami), InvalidInput);
+      EXPECT_THROW(container_cap(pl, i, Target::kDra), InvalidInput);
+      // Ray counts a cpu budget like any device; the pool's quota is the only cap.
+      const ContainerCap ray = container_cap(pl, i, Target::kRay);
+      EXPECT_EQ(ray.need, pl.need_of(i).need);
+      EXPECT_TRUE(ray.torch_var.empty());
+      EXPECT_EQ(ray.modelmem_conf, pool_conf(pl, pl.replicas[i].model, Backend::kHost));
       continue;
     }
     const ContainerCap c = container_cap(pl, i, Target::kDra);

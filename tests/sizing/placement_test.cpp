@@ -1,6 +1,7 @@
 // Placement of many models on many devices (modelmem/sizing/placement.hpp, requests.hpp): the
 // packer against brute force, the messages when nothing fits, the device lists, and each
 // container's cap built by modelmem's own factory at exactly its request.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -271,6 +272,32 @@ TEST(Requests, RefusesWhatATargetCannotExpress) {
             std::string::npos);
   const Placement none = place({spec("a", 1)}, {need(20 * kGiB)}, parse_devices("1x16GiB"));
   EXPECT_THROW(emit(none, Target::kHami), InvalidInput);
+}
+
+TEST(Requests, RayPinsEachReplicaToItsDevicesMiB) {
+  // Two nodes: one `ray start` each (the first the head) declaring its devices' MiB, and each
+  // replica's application asks the MiB resource of the device it was placed on.
+  const Placement pl = place({spec("a", 3)}, {need(kGiB)}, parse_devices("2x2x16GiB"));
+  ASSERT_TRUE(pl.fits());
+  EmitOptions o;
+  o.ray_app = "serve_mod:build";
+  const std::string y = emit(pl, Target::kRay, o);
+  EXPECT_NE(
+      y.find("# ray-start node-0: ray start --head "
+             "--resources='{\"modelmem_mib_node-0_0\":16384,\"modelmem_mib_node-0_1\":16384}'"),
+      std::string::npos)
+      << y;
+  EXPECT_NE(y.find("# ray-start node-1: ray start --address=HEAD:6379 --resources="),
+            std::string::npos);
+  EXPECT_NE(y.find("import_path: \"serve_mod:build\""), std::string::npos);
+  for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
+    const Device& d = pl.devices[static_cast<std::size_t>(pl.replicas[i].device)];
+    const std::string pinned =
+        fmt::format("modelmem_mib_{}_{}: {}\n", d.node, d.index, pl.replicas[i].request / kMiB);
+    EXPECT_NE(y.find("  - name: \"" + pl.replica_name(i) + "\""), std::string::npos);
+    EXPECT_NE(y.find(pinned), std::string::npos) << pinned << y;
+    EXPECT_NE(y.find(fmt::format("CUDA_VISIBLE_DEVICES: \"{}\"", d.index)), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ enum class Target {
   kHami,  ///< HAMi device sharing: huawei.com/<chip>-memory or nvidia.com/gpumem, in MiB
   kVnpu,  ///< the Ascend device plugin's static vNPU templates (huawei.com/Ascend910-2c, ...)
   kDra,   ///< Dynamic Resource Allocation: DeviceClass + ResourceClaim (resource.k8s.io/v1)
-  kRay,   ///< Ray Serve deployments' ray_actor_options
+  kRay,   ///< Ray Serve: an application per replica, a custom resource per device in MiB
 };
 Target parse_target(const std::string& text);  ///< hami, vnpu, dra, ray; InvalidInput else
 std::string target_name(Target target);
@@ -39,7 +39,8 @@ struct ContainerCap {
 };
 
 /// The cap of replica `replica` (placed) under `target`. InvalidInput for an unplaced replica
-/// or a target that does not apply to its device (vNPU on a GPU).
+/// or a target that does not apply to its device (vNPU on a GPU; a cpu budget outside Ray, where
+/// torch_var is empty: the pool's quota is the only cap).
 ContainerCap container_cap(const Placement& placement, std::size_t replica, Target target);
 
 struct EmitOptions {
@@ -47,6 +48,10 @@ struct EmitOptions {
   std::string ns;          ///< metadata.namespace ("" = none)
   std::string dra_driver;  ///< DRA: the driver the DeviceClass selects ("" = the kind's)
   std::string dra_capacity = "memory";  ///< DRA: the capacity name the driver publishes
+  /// Ray: the Serve application builder each replica's application imports (MODULE:BUILDER);
+  /// it gets args {model, replica, device} and returns an application whose deployment is
+  /// named after the model.
+  std::string ray_app = "app:build";
 };
 
 /// The objects for `target` as one YAML stream (documents separated by ---), with comments

@@ -1,0 +1,175 @@
+"""`modelmem place --emit ray` on a real Ray cluster (127.0.0.1 only): a local head declares the
+devices of a `place` run by the emitted `ray start` resources (a custom resource per device, in
+MiB), Serve deploys the emitted config, Ray's scheduler puts every replica on the device `place`
+chose (read from Ray's state API), each replica serves one PyTorch inference on the CPU with
+modelmem as its allocator under the pool string `place` gave it, and one replica more than
+`place` says fits stays pending, on the device and by the shortfall `place` named. The cluster
+is stopped at the end, whatever happened, within the test's alarm."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray", reason="ray is not in the interpreter (scripts/setup --runtimes)")
+pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
+pytest.importorskip("torchvision", reason="torchvision is not installed")
+
+SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("MODELMEM_BINARY_DIR") or os.path.join(SOURCE, "build")
+CLI = os.path.join(BUILD, "modelmem")
+MODEL = os.path.join(SOURCE, "models", "resnet50.onnx")
+# resnet50, eager, batch 1 on two cpu budgets of 256 MiB, replicas allowed to share a device:
+# one replica fits a device (its need is 164 MiB), two do not.
+PLACE = [MODEL, "--dim", "batch=1", "--runtime", "eager", "--no-spread",
+         "--devices", "2x256MiB:cpu"]
+DEADLINE_S = 180
+
+
+def place(*args, code=0):
+    r = subprocess.run([CLI, "place", *PLACE, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == code, r.stderr + r.stdout
+    return r.stdout
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deadline(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise Deadline(f"the Ray journey took more than {DEADLINE_S} s")
+
+
+def wait_for(what, predicate, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_ray_schedules_every_replica_where_place_put_it():
+    if not os.path.exists(CLI):
+        pytest.skip(f"{CLI} not built")
+    # What place says: 2 replicas fit, one per device; a third does not, and where it is short.
+    report = place("--replicas", "2")
+    assert "fits           yes: 2 replicas on 2 of 2 devices" in report
+    over = place("--replicas", "3", code=1)
+    m = re.search(r"does not fit   (resnet50-2) needs ([0-9]+) MiB: no device has room; the most "
+                  r"is ([0-9]+) MiB on ([0-9]+), short by ([0-9]+) MiB", over)
+    assert m, over
+    extra, need_mib, left_mib, short_dev, short_mib = m[1], int(m[2]), int(m[3]), m[4], int(m[5])
+    assert need_mib - left_mib == short_mib
+
+    text = place("--replicas", "2", "--emit", "ray", "--ray-app", "fleet_ray_app:build")
+    config = yaml.safe_load(text)
+    starts = re.findall(r"^# ray-start .*--head --resources='(\{.*\})'$", text, re.M)
+    assert len(starts) == 1, text
+    resources = json.loads(starts[0])
+    assert resources == {"modelmem_mib_0": 256, "modelmem_mib_1": 256}
+    planned = {}  # replica -> (device resource, MiB, pool string)
+    for line in re.findall(r"^# (resnet50-[0-9]+) on device ([0-9]+) \(cpu\).*request ([0-9]+) MiB",
+                           text, re.M):
+        planned[line[0]] = (f"modelmem_mib_{line[1]}", int(line[2]))
+    assert sorted(planned) == ["resnet50-0", "resnet50-1"]
+    assert {d for d, _ in planned.values()} == {"modelmem_mib_0", "modelmem_mib_1"}
+    confs = {}
+    for app in config["applications"]:
+        (dep,) = app["deployments"]
+        options = dep["ray_actor_options"]
+        assert options["resources"] == {planned[app["name"]][0]: planned[app["name"]][1]}
+        confs[app["name"]] = options["runtime_env"]["env_vars"]["MODELMEM_ALLOC_CONF"]
+    assert set(confs.values()) == {
+        f"strategy:caching,pools:[resnet50:{need_mib}],default_pool:resnet50"}
+
+    # The replica place could not fit, asked of Ray as place would have: on the device it named.
+    spare = json.loads(json.dumps(config["applications"][0]))
+    spare["name"], spare["route_prefix"] = extra, "/" + extra
+    spare["args"]["replica"], spare["args"]["device"] = extra, short_dev
+    spare["deployments"][0]["ray_actor_options"]["resources"] = {
+        f"modelmem_mib_{short_dev}": need_mib}
+    config["applications"].append(spare)
+
+    from ray import serve
+    from ray.serve._private import api as serve_api
+    from ray.serve.config import ProxyLocation
+    from ray.serve.schema import ServeDeploySchema
+    from ray.util.state import list_actors
+
+    schema = ServeDeploySchema.model_validate(config)  # Serve's own schema of a config file
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(__file__), os.path.join(BUILD, "python")])
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # unix sockets: keep the path short
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(DEADLINE_S)
+    started = time.monotonic()
+    try:
+        ray.init(_node_ip_address="127.0.0.1", num_cpus=4, num_gpus=0, resources=resources,
+                 include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port(),
+                 _temp_dir=temp, log_to_driver=False)
+        client = serve_api.serve_start(http_options={"host": "127.0.0.1", "port": free_port()},
+                                       proxy_location=ProxyLocation.Disabled)
+        client.deploy_apps(schema, _blocking=False)
+
+        def running():
+            apps = serve.status().applications
+            return all(apps.get(n) is not None and apps[n].status == "RUNNING" for n in planned)
+        wait_for("the placed replicas running", running, 150)
+
+        answers = {}
+        for name in planned:
+            answers[name] = serve.get_app_handle(name).remote().result(timeout_s=60)
+
+        def replica_actors():
+            actors = [a for a in list_actors(detail=True, limit=1000)
+                      if a.class_name.startswith("ServeReplica:") and a.state != "DEAD"]
+            return actors if len(actors) == 3 else None
+        actors = wait_for("three replica actors", replica_actors, 30)
+        by_app = {a.class_name.split(":")[1]: a for a in actors}
+        available = ray.available_resources()
+        print(f"\nRay cluster {resources}; available after the deploy: "
+              f"{ {k: v for k, v in available.items() if k.startswith('modelmem')} }")
+        for name, (resource, mib) in planned.items():
+            actor = by_app[name]
+            # Ray's scheduler holds the replica on the device place chose, by the MiB it asked.
+            assert actor.state == "ALIVE", actor
+            assert actor.required_resources.get(resource) == mib, actor.required_resources
+            a = answers[name]
+            assert a["actor_id"] == actor.actor_id
+            assert a["replica"] == name and a["shape"] == [1, 1000]
+            assert a["conf"] == confs[name] and "resnet50" in a["describe"], a
+            assert a["ooms"] == 0 and a["peak_reserved"] <= need_mib * 2**20, a
+            print(f"{name}: actor {actor.actor_id[:8]} pid {a['pid']} {actor.state} on "
+                  f"{resource}={mib}; pool {a['conf']}; peak reserved "
+                  f"{a['peak_reserved'] / 2**20:.1f} MiB, allocated "
+                  f"{a['peak_allocated'] / 2**20:.1f} MiB, 0 refused; output {a['shape']}")
+        # The replica place said does not fit stays pending, short by place's figure.
+        pending = by_app[extra]
+        assert pending.state == "PENDING_CREATION", pending
+        left = available.get(f"modelmem_mib_{short_dev}", 0)
+        assert left == left_mib and need_mib - left == short_mib, available
+        print(f"{extra}: {pending.state}, asks modelmem_mib_{short_dev}={need_mib}, Ray has "
+              f"{left:g} left: short by {need_mib - left:g} MiB (place: {short_mib})")
+        print(f"journey {time.monotonic() - started:.1f} s")
+    finally:
+        signal.alarm(0)
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
