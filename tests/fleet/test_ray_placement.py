@@ -8,6 +8,7 @@ is stopped at the end, whatever happened, within the test's alarm."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -102,7 +103,7 @@ def test_ray_schedules_every_replica_where_place_put_it():
     spare["args"]["replica"], spare["args"]["device"] = extra, short_dev
     spare["deployments"][0]["ray_actor_options"]["resources"] = {
         f"modelmem_mib_{short_dev}": need_mib}
-    config["applications"].append(spare)
+    grown = dict(config, applications=config["applications"] + [spare])
 
     from ray import serve
     from ray.serve._private import api as serve_api
@@ -110,7 +111,9 @@ def test_ray_schedules_every_replica_where_place_put_it():
     from ray.serve.schema import ServeDeploySchema
     from ray.util.state import list_actors
 
-    schema = ServeDeploySchema.model_validate(config)  # Serve's own schema of a config file
+    # Serve's own schema of a config file: the emitted one, and it grown by the spare replica.
+    schema = ServeDeploySchema.model_validate(config)
+    grown_schema = ServeDeploySchema.model_validate(grown)
 
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(__file__), os.path.join(BUILD, "python")])
@@ -119,6 +122,7 @@ def test_ray_schedules_every_replica_where_place_put_it():
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(DEADLINE_S)
     started = time.monotonic()
+    passed = False
     try:
         ray.init(_node_ip_address="127.0.0.1", num_cpus=4, num_gpus=0, resources=resources,
                  include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port(),
@@ -131,6 +135,8 @@ def test_ray_schedules_every_replica_where_place_put_it():
             apps = serve.status().applications
             return all(apps.get(n) is not None and apps[n].status == "RUNNING" for n in planned)
         wait_for("the placed replicas running", running, 150)
+        # Then the replica more: the same config with it added (the placed ones are unchanged).
+        client.deploy_apps(grown_schema, _blocking=False)
 
         answers = {}
         for name in planned:
@@ -163,13 +169,19 @@ def test_ray_schedules_every_replica_where_place_put_it():
         pending = by_app[extra]
         assert pending.state == "PENDING_CREATION", pending
         left = available.get(f"modelmem_mib_{short_dev}", 0)
+        assert available.get("CPU", 0) >= 1, available  # pending for the MiB, nothing else
         assert left == left_mib and need_mib - left == short_mib, available
         print(f"{extra}: {pending.state}, asks modelmem_mib_{short_dev}={need_mib}, Ray has "
               f"{left:g} left: short by {need_mib - left:g} MiB (place: {short_mib})")
         print(f"journey {time.monotonic() - started:.1f} s")
+        passed = True
     finally:
         signal.alarm(0)
         try:
             serve.shutdown()
         finally:
             ray.shutdown()
+            if passed:
+                shutil.rmtree(temp, ignore_errors=True)
+            else:
+                print(f"Ray's logs: {temp}")
