@@ -1,4 +1,4 @@
-"""`modelmem place`: the objects it emits load into Debian's python3-kubernetes client models
+"""`modelmem place`: the objects it emits load into the kubernetes client's models
 (Pod, Deployment) without losing a field, and the DRA objects (resource.k8s.io/v1, newer than
 that client) are checked field by field against the API reference (docs/fleet.md)."""
 import json
