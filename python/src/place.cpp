@@ -93,7 +93,7 @@ py::dict cap(const Placement& pl, std::size_t replica, const std::string& target
   d["need"] = c.need;
   d["fraction"] = c.fraction;
   d["MODELMEM_ALLOC_CONF"] = c.modelmem_conf;
-  d[py::str(c.torch_var)] = c.torch_conf;
+  if (!c.torch_var.empty()) d[py::str(c.torch_var)] = c.torch_conf;  // none on a cpu budget
   for (const auto& [var, value] : c.engine_env) d[py::str(var)] = value;
   return d;
 }

@@ -27,7 +27,7 @@ MODEL_OF = {("v1", "Pod"): "V1Pod", ("apps/v1", "Deployment"): "V1Deployment",
 PRIMITIVE = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
 # Extended resources each scheduler publishes (docs/fleet.md, Sources): HAMi's Ascend and NVIDIA
 # names, the Ascend device plugin's static vNPU names.
-HAMI = re.compile(r"^(huawei\.com/Ascend(910A|910B3|310P)(-memory)?|nvidia\.com/(gpu|gpumem))$")
+HAMI = re.compile(r"^(huawei\.com/Ascend(910A|910B[2-4]?|310P)(-memory)?|nvidia\.com/(gpu|gpumem))$")
 VNPU = re.compile(r"^huawei\.com/Ascend(910|310P)(-[0-9]+c(\.[0-9]+cpu\.[0-9]+g)?)?$")
 
 

@@ -23,6 +23,8 @@ def test_place_matches_the_command():
             "2x910A"]
     assert p.report() == cli(*args)
     assert p.emit("hami") == cli(*args, "--emit", "hami")
+    assert p.emit("ray", ray_app="serve:build") == cli(*args, "--emit", "ray", "--ray-app",
+                                                       "serve:build")
     assert [r["device"] for r in p.replicas] == ["0", "1"]
     assert [r["template"] for r in p.replicas] == ["vir02", "vir02"]
     cap = p.cap(1, "vnpu")
@@ -67,3 +69,7 @@ def test_a_served_llm_and_a_cpu_budget(tmp_path):
     assert "config         resnet50 on host: strategy:caching,pools:[resnet50:" in host.report()
     with pytest.raises(modelmem.InvalidInputError, match="cpu budget"):
         host.emit("hami")
+    # Ray counts a cpu budget's MiB like a device's; the pool's quota is the only cap.
+    ray_cap = host.cap(0, "ray")
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in ray_cap and "PYTORCH_NPU_ALLOC_CONF" not in ray_cap
+    assert "modelmem_mib_0: " in host.emit("ray")
