@@ -2,7 +2,7 @@
 --ray-app fleet_ray_app:build`): one deployment named after the model, whose replica installs
 modelmem as PyTorch's CPU allocator under the MODELMEM_ALLOC_CONF its application carries (the
 pool string `place` gave it) and answers a request with one inference of torchvision's resnet50
-(random weights) and what its pool served."""
+(random weights) and what its pool served, or the pool's refusal of a larger batch."""
 import os
 
 from ray import serve
@@ -28,8 +28,12 @@ class Replica:
         import ray
         import torch
 
-        with torch.inference_mode():
-            out = self.net(torch.randn(batch, 3, 224, 224))
+        try:
+            with torch.inference_mode():
+                out = self.net(torch.randn(batch, 3, 224, 224))
+        except RuntimeError as e:  # the pool's quota refused a block: say so, stay up
+            return dict(self.names, batch=batch, refused=str(e).splitlines()[0],
+                        ooms=self.allocator.stats().get("num_ooms", 0))
         stats = self.allocator.stats()
         return dict(self.names, conf=self.conf, pid=os.getpid(), shape=list(out.shape),
                     actor_id=ray.get_runtime_context().get_actor_id(),

@@ -141,6 +141,10 @@ def test_ray_schedules_every_replica_where_place_put_it():
         answers = {}
         for name in planned:
             answers[name] = serve.get_app_handle(name).remote().result(timeout_s=60)
+        # Eight times the batch place sized for is refused inside the replica's pool.
+        over = serve.get_app_handle("resnet50-0").remote(8).result(timeout_s=60)
+        assert "refused" in over and over["ooms"] >= 1, over
+        print(f"resnet50-0 at batch 8: refused inside its pool: {over['refused'][:160]}")
 
         def replica_actors():
             actors = [a for a in list_actors(detail=True, limit=1000)
