@@ -134,6 +134,17 @@ std::string heap_tunables(const Args& args) {
   return tunables.empty() ? "glibc.malloc.hugetlb=1" : tunables + ":glibc.malloc.hugetlb=1";
 }
 
+// MKL_DISABLE_FAST_MM for the program: Intel MKL (linked into PyPI's PyTorch for x86) keeps
+// every packing buffer its GEMMs allocate in a cache of its own and never frees one: on PyTorch
+// 2.13 a Swin-T holds 31 MiB of them after its first inference, outside anything a plan of the
+// model can see, and its quota printed by `plan --fit` was refused (docs/benchmarks.md,
+// need-order-2x). Disabled, each buffer is a request of one GEMM that goes back to the pool when
+// the GEMM ends. A setting of the user's own (any value) is left alone; "" when nothing is set.
+std::string mkl_fast_mm(const config::Config& conf) {
+  if (conf.get("strategy") == "system" || std::getenv("MKL_DISABLE_FAST_MM") != nullptr) return "";
+  return "1";
+}
+
 // With --trace, the program runs as a child and `run` waits for it: a trace that could not be
 // written whole (a full disk, a refused path; in any process of the program) is reported by
 // the library in a status folder, and `run` exits 1 where the program itself exited 0.
@@ -302,6 +313,8 @@ int run(const Args& args) {
   if (!args.trace.empty()) env.emplace_back("MODELMEM_TRACE", args.trace);
   if (std::string tunables = heap_tunables(args); !tunables.empty())
     env.emplace_back("GLIBC_TUNABLES", tunables);
+  if (std::string mkl = mkl_fast_mm(parsed); !mkl.empty())
+    env.emplace_back("MKL_DISABLE_FAST_MM", mkl);
 
   if (args.dry_run) {
     std::string line;

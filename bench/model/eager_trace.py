@@ -21,7 +21,9 @@ Two jobs, run with the project environment (.venv: torch 2.x, torchvision, onnx)
       builds the same model and runs two warm-up inferences and one measured inference under
       torch.inference_mode() on one thread. The measured one is framed by two marker requests
       of MARK_BYTES (a size nothing else asks for), which the trace shows as alloc/free pairs.
-      Run it under `modelmem run --trace T.csv --conf preload_threshold_kb:1,...`.
+      Run it under `modelmem run --trace T.csv --conf preload_threshold_kb:1,...` with
+      MKL_DISABLE_FAST_MM set empty (MKL then keeps its GEMM buffers in its own cache, warm
+      after the warm-ups: the measured inference holds PyTorch's tensors only).
 
   eager_trace.py measure T.csv BATCH [SIZE]
       prints the peak live bytes between the two markers above the live bytes at the first

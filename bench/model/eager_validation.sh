@@ -32,6 +32,10 @@
 # than 5 % off, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# MKL keeps its GEMM packing buffers in a cache of its own when MKL_DISABLE_FAST_MM is empty
+# (`modelmem run` turns the cache off otherwise): warm after the warm-up inferences, the measured
+# one then holds PyTorch's tensors only, what the eager figure counts (docs/preload.md).
+export MKL_DISABLE_FAST_MM=
 build=$(realpath "${1:-build}")
 work=${2:-/tmp/modelmem_eager_validation}
 shift $(($# > 2 ? 2 : $#))

@@ -317,12 +317,11 @@ PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& optio
   }
   n.replay_mib = hi;
   if (eager_order && config::parse_config(n.strategy).get("strategy") != "static") {
-    // Two segments (40 MiB), half the largest request made and freed again (weights and the
-    // input are held: they split no block after them), or a fifth of the replayed reservation
-    // up to 96 MiB, whichever is most: margins measured with PyTorch (docs/benchmarks.md,
-    // need-order and need-order-2x). PyTorch 2.13's order left ConvNeXt-T at batch 15 needing
-    // 55-62 MiB above a 354 MiB replay and Swin-V2-T at 13 46-48 MiB above 340; 1.13's needed at
-    // most 44 MiB anywhere, and 4 above a 1252 MiB replay.
+    // Two segments (40 MiB), or half the largest request made and freed again (weights and the
+    // input are held: they split no block after them), whichever is more: margins measured with
+    // PyTorch (docs/benchmarks.md, need-order and need-order-2x). 1.13 needed at most 44 MiB
+    // above the replay, and 4 above a 1252 MiB replay; 2.13 under `modelmem run` (MKL's own
+    // buffer cache off) 24 above 354 MiB on ConvNeXt-T at 15 and 33 above 330 on Swin-T at 13.
     bool large = false;
     std::size_t largest = 0;
     for (const auto& b : blocks.blocks) {
@@ -330,9 +329,7 @@ PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& optio
       if (b.free_index != trace::kNever) largest = std::max(largest, b.size);
     }
     n.order_slack =
-        large ? std::max(
-                    {40 * kMiB, checked_align_up(largest / 2, 2 * kMiB, "order slack"),
-                     std::min(96 * kMiB, checked_align_up(hi * kMiB / 5, 2 * kMiB, "order slack"))})
+        large ? std::max(40 * kMiB, checked_align_up(largest / 2, 2 * kMiB, "order slack"))
               : 4 * kMiB;
   }
   n.need_mib = hi + n.order_slack / kMiB;

@@ -73,8 +73,8 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options) 
       n.replay_mib - 1);
   if (n.order_slack > 0)
     out += fmt::format(
-        "               = {} MiB replayed + {} for PyTorch's own order (two segments, half the "
-        "largest request, or a fifth of the replay up to 96 MiB)\n",
+        "               = {} MiB replayed + {} for PyTorch's own order (two segments, or half the "
+        "largest request)\n",
         n.replay_mib, format_bytes(n.order_slack));
   out += fmt::format(
       "               live at the peak {}, reserved {}, {:.2f}x the live bytes\n",

@@ -73,8 +73,8 @@ std::string render_text(const ServePlan& p) {
                    model::bytes_text(n.need), n.strategy, n.inferences, count_text(n.requests),
                    n.replay_mib - 1));
   if (n.order_slack > 0)
-    line("", fmt::format("= {} MiB replayed + {} for PyTorch's own order (two segments, half "
-                         "the largest request, or a fifth of the replay up to 96 MiB)",
+    line("", fmt::format("= {} MiB replayed + {} for PyTorch's own order (two segments, or half "
+                         "the largest request)",
                          n.replay_mib, format_bytes(n.order_slack)));
   line("", fmt::format("activations on {}: {} (the need beyond the weights; {} live at the peak)",
                        n.strategy, format_bytes(p.activation_bytes),

@@ -304,21 +304,27 @@ TEST_F(Preload, RunCommandStartsAProgramUnderTheLibrary) {
 
   // --dry-run prints the line, quoted for a shell; modelmem comes first in LD_PRELOAD.
   // With glibc for the small requests its heap goes into huge pages (GLIBC_TUNABLES).
+  // MKL's own buffer cache is turned off (MKL_DISABLE_FAST_MM=1) unless the user set it.
   r = run(
-      "LD_PRELOAD= MODELMEM_ALLOC_CONF= GLIBC_TUNABLES=",
+      "-u MKL_DISABLE_FAST_MM LD_PRELOAD= MODELMEM_ALLOC_CONF= GLIBC_TUNABLES=",
       cli + " run --dry-run --preload " + kLib + " --trace /tmp/t.csv -- " + "prog 'two words'");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("LD_PRELOAD=" + kLib +
                        " MODELMEM_ALLOC_CONF=strategy:planned "
                        "MODELMEM_TRACE=/tmp/t.csv GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-                       "prog 'two words'"),
+                       "MKL_DISABLE_FAST_MM=1 prog 'two words'"),
             std::string::npos)
       << r.out;
+  r = run("MKL_DISABLE_FAST_MM=", cli + " run --dry-run --preload " + kLib + " -- prog");
+  EXPECT_EQ(r.out.find("MKL_DISABLE_FAST_MM"), std::string::npos) << r.out;
+  r = run("-u MKL_DISABLE_FAST_MM",
+          cli + " run --dry-run --conf strategy:system --preload " + kLib + " -- prog");
+  EXPECT_EQ(r.out.find("MKL_DISABLE_FAST_MM"), std::string::npos) << r.out;
   // Tunables of the user's are kept, a hugetlb setting of theirs wins, and nothing is set for
   // another small-object allocator or with --heap-pages default.
   const std::string dry = cli + " run --dry-run --preload " + kLib + " ";
   r = run("GLIBC_TUNABLES=glibc.malloc.tcache_count=10", dry + "-- prog");
-  EXPECT_NE(r.out.find("GLIBC_TUNABLES=glibc.malloc.tcache_count=10:glibc.malloc.hugetlb=1 prog"),
+  EXPECT_NE(r.out.find("GLIBC_TUNABLES=glibc.malloc.tcache_count=10:glibc.malloc.hugetlb=1 "),
             std::string::npos)
       << r.out;
   r = run("GLIBC_TUNABLES=glibc.malloc.hugetlb=0", dry + "-- prog");
