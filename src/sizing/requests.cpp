@@ -430,6 +430,9 @@ std::string emit_ray(const Placement& pl, const EmitOptions& o) {
     if (kind.backend != Backend::kHost)
       env[kind.ascend ? "ASCEND_RT_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES"] =
           std::to_string(d.index);
+    // A CPU budget's pool holds MKL's GEMM buffers too: with MKL's own cache of them off, as
+    // `modelmem run` has it (docs/preload.md), each goes back to the pool when its GEMM ends.
+    if (kind.backend == Backend::kHost) env["MKL_DISABLE_FAST_MM"] = "1";
     for (const auto& [var, value] : c.engine_env) env[var] = value;
     const std::string name = pl.replica_name(i);
     Json options = {{"resources", {{ray_resource(d), r.request / kMiB}}},

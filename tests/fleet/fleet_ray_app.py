@@ -36,6 +36,7 @@ class Replica:
                         ooms=self.allocator.stats().get("num_ooms", 0))
         stats = self.allocator.stats()
         return dict(self.names, conf=self.conf, pid=os.getpid(), shape=list(out.shape),
+                    mkl_fast_mm=os.environ.get("MKL_DISABLE_FAST_MM"),
                     actor_id=ray.get_runtime_context().get_actor_id(),
                     peak_reserved=stats["reserved_bytes.all.peak"],
                     peak_allocated=stats["allocated_bytes.all.peak"],

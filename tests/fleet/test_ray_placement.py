@@ -94,6 +94,8 @@ def test_ray_schedules_every_replica_where_place_put_it():
         options = dep["ray_actor_options"]
         assert options["resources"] == {planned[app["name"]][0]: planned[app["name"]][1]}
         confs[app["name"]] = options["runtime_env"]["env_vars"]["MODELMEM_ALLOC_CONF"]
+        # MKL's own cache of GEMM buffers off, as `modelmem run` has it: the pool holds them.
+        assert options["runtime_env"]["env_vars"]["MKL_DISABLE_FAST_MM"] == "1", options
     assert set(confs.values()) == {
         f"strategy:caching,pools:[resnet50:{need_mib}],default_pool:resnet50"}
 
@@ -164,6 +166,7 @@ def test_ray_schedules_every_replica_where_place_put_it():
             assert a["actor_id"] == actor.actor_id
             assert a["replica"] == name and a["shape"] == [1, 1000]
             assert a["conf"] == confs[name] and "resnet50" in a["describe"], a
+            assert a["mkl_fast_mm"] == "1", a  # the replica's process started with it
             assert a["ooms"] == 0 and a["peak_reserved"] <= need_mib * 2**20, a
             print(f"{name}: actor {actor.actor_id[:8]} pid {a['pid']} {actor.state} on "
                   f"{resource}={mib}; pool {a['conf']}; peak reserved "
