@@ -48,6 +48,27 @@ const std::vector<Accelerator>& accelerators() {
        {{"vir05_1c_16g", 16384, 5, "huawei.com/Ascend910-5c.1cpu.16g"},
         {"vir10_3c_32g", 32768, 10, "huawei.com/Ascend910-10c.3cpu.32g"}},
        Backend::kNpu},
+      {"910B2",
+       true,
+       65536,
+       "huawei.com/Ascend910B2",
+       "huawei.com/Ascend910B2-memory",
+       "huawei.com/Ascend910",
+       "",
+       {{"vir03_1c_8g", 8192, 3, "huawei.com/Ascend910-3c.1cpu.8g"},
+        {"vir06_1c_16g", 16384, 6, "huawei.com/Ascend910-6c.1cpu.16g"},
+        {"vir12_3c_32g", 32768, 12, "huawei.com/Ascend910-12c.3cpu.32g"}},
+       Backend::kNpu},
+      {"910B4",
+       true,
+       32768,
+       "huawei.com/Ascend910B4",
+       "huawei.com/Ascend910B4-memory",
+       "huawei.com/Ascend910",
+       "",
+       {{"vir05_1c_8g", 8192, 5, "huawei.com/Ascend910-5c.1cpu.8g"},
+        {"vir10_3c_16g", 16384, 10, "huawei.com/Ascend910-10c.3cpu.16g"}},
+       Backend::kNpu},
       {"310P",
        true,
        21527,
@@ -58,7 +79,8 @@ const std::vector<Accelerator>& accelerators() {
        {{"vir01", 3072, 1, "huawei.com/Ascend310P-1c"},
         {"vir02", 6144, 2, "huawei.com/Ascend310P-2c"},
         {"vir04", 12288, 4, "huawei.com/Ascend310P-4c"}},
-       Backend::kNpu},
+       Backend::kNpu,
+       {"310P3"}},  // HAMi's chipName; its resources say Ascend310P
       {"gpu",
        false,
        0,
@@ -67,21 +89,46 @@ const std::vector<Accelerator>& accelerators() {
        "nvidia.com/gpu",
        "gpu.nvidia.com",
        {},
-       Backend::kCuda},
+       Backend::kCuda,
+       {"cuda"}},
       // A host memory budget (device:limited) for PyTorch on the CPU under the LD_PRELOAD
       // library: placed and configured, but no scheduler resource to request.
-      {"cpu", false, 0, "", "", "", "", {}, Backend::kHost},
+      {"cpu", false, 0, "", "", "", "", {}, Backend::kHost, {"host"}},
   };
   return kinds;
 }
 
-const Accelerator& accelerator(const std::string& name) {
+namespace {
+
+const Accelerator* find_accelerator(const std::string& name) {
+  for (const auto& k : accelerators()) {
+    if (lower(k.name) == lower(name)) return &k;
+    for (const auto& a : k.aliases)
+      if (lower(a) == lower(name)) return &k;
+  }
+  return nullptr;
+}
+
+std::string known_kinds() {
   std::string names;
   for (const auto& k : accelerators()) {
-    if (lower(k.name) == lower(name)) return k;
     names += (names.empty() ? "" : ", ") + k.name;
+    for (const auto& a : k.aliases) names += "=" + a;
   }
-  throw InvalidInput(fmt::format("device kind '{}': unknown (known: {})", name, names));
+  return names;
+}
+
+}  // namespace
+
+const Accelerator& accelerator(const std::string& name) {
+  if (const Accelerator* k = find_accelerator(name)) return *k;
+  // A family, not a product: its members differ in memory and in their scheduler names.
+  if (lower(name) == "910b")
+    throw InvalidInput(fmt::format(
+        "device kind '{}': a family, not a product: name it (910B2, 910B3: 64 GiB; 910B4: 32 "
+        "GiB), or give the memory (8x64GiB:910B3); known: {}",
+        name, known_kinds()));
+  throw InvalidInput(fmt::format("device kind '{}': unknown (known: {})", name, known_kinds()));
 }
 
 std::string Device::name() const {
@@ -130,16 +177,25 @@ void add_group(const std::string& group, const std::string& node, std::vector<De
   if (auto colon = rest.find(':'); colon != std::string::npos) {
     size = rest.substr(0, colon);
     kind_name = rest.substr(colon + 1);
-  } else if (std::any_of(accelerators().begin(), accelerators().end(),
-                         [&](const Accelerator& k) { return lower(k.name) == lower(rest); })) {
+  } else if (find_accelerator(rest) != nullptr || lower(rest) == "910b") {
     kind_name = rest;
     size.clear();
   }
   const Accelerator& kind = accelerator(kind_name);
   std::size_t bytes = 0;
-  if (!size.empty())
-    bytes = model::parse_size(size, "--devices " + group);
-  else if (kind.mib == 0)
+  if (!size.empty()) {
+    // Not a kind: a size, of at least 1 MiB (2x910B4 is not 910 bytes of unit 'B4').
+    try {
+      bytes = model::parse_size(size, "--devices " + group);
+    } catch (const InvalidInput&) {
+      bytes = 0;
+    }
+    if (bytes < kMiB)
+      throw InvalidInput(fmt::format(
+          "--devices {}: '{}' is neither a device kind (known: {}) nor a size of at least 1 MiB "
+          "(8x64GiB, 8x32GiB:910A)",
+          group, size, known_kinds()));
+  } else if (kind.mib == 0)
     throw InvalidInput(fmt::format("--devices {}: a {} device needs its memory (8x80GiB:{})", group,
                                    kind.name, kind.name));
   else

@@ -88,6 +88,7 @@ CASES = [
     ("hami", "8x910A", []), ("hami", "8x910A", ["--pods"]), ("hami", "8x64GiB", []),
     ("hami", "8x64GiB", ["--pods"]), ("hami", "8x910B3", []), ("hami", "8x310P", ["--pods"]),
     ("vnpu", "8x910A", []), ("vnpu", "8x910B3", []), ("vnpu", "8x310P", []),
+    ("hami", "8x910B2", []), ("vnpu", "8x910B4", []), ("hami", "8x310P3", ["--pods"]),
     ("dra", "8x64GiB", []), ("dra", "8x910A", ["--dra-driver", "npu.example.com"]),
     ("hami", "8x910A", ["--no-templates", "--namespace", "serving"]),
 ]

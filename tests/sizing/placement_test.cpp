@@ -188,6 +188,44 @@ TEST(Devices, Specs) {
     EXPECT_THROW(parse_devices(bad), InvalidInput) << bad;
 }
 
+// Ascend products by the names users give them (HAMi's device configuration): each with its
+// memory and scheduler names; aliases give the same kind; a family or an unknown word is an error
+// listing the known kinds, never a size of 910 bytes.
+TEST(Devices, AscendProductsAndAliases) {
+  auto d = parse_devices("2x910B4");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].kind, "910B4");
+  EXPECT_EQ(d[0].bytes, 32768 * kMiB);
+  d = parse_devices("1x910B2,1x310P3,1x80GiB:cuda,1x16GiB:host");
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].bytes, 65536 * kMiB);
+  EXPECT_EQ(d[1].kind, "310P");
+  EXPECT_EQ(d[1].bytes, 21527 * kMiB);
+  EXPECT_EQ(d[2].kind, "gpu");
+  EXPECT_EQ(d[3].kind, "cpu");
+  EXPECT_EQ(accelerator("910b2").hami_memory, "huawei.com/Ascend910B2-memory");
+  EXPECT_EQ(accelerator("910B4").templates.size(), 2u);
+  auto says = [](const std::string& spec) {
+    try {
+      parse_devices(spec);
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string family = says("2x910B");
+  EXPECT_NE(family.find("a family, not a product"), std::string::npos) << family;
+  EXPECT_NE(family.find("910B4"), std::string::npos) << family;
+  const std::string unknown = says("2x910C");
+  EXPECT_NE(unknown.find("'910C' is neither a device kind (known: 910A, 910B3, 910B2, 910B4, "
+                         "310P=310P3, gpu=cuda, cpu=host)"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(says("2x512B").find("nor a size of at least 1 MiB"), std::string::npos);
+  EXPECT_NE(says("2x64GiB:910X").find("device kind '910X': unknown (known: 910A"),
+            std::string::npos);
+}
+
 TEST(Devices, File) {
   const auto dir = std::filesystem::temp_directory_path() / "modelmem_place_devices";
   std::filesystem::create_directories(dir);

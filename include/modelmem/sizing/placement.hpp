@@ -42,9 +42,12 @@ struct Accelerator {
   /// npu (torch_npu with modelmem's NPU library), cuda (PyTorch CUDA), host (the "cpu" kind: a
   /// host budget that PyTorch reaches through the LD_PRELOAD library; no scheduler resource).
   Backend backend = Backend::kCuda;
+  /// Other names users give it ("310P3" for "310P", "cuda" for "gpu", "host" for "cpu").
+  std::vector<std::string> aliases = {};
 };
 
-/// Every known kind, and one by name (case-insensitive); InvalidInput names the known ones.
+/// Every known kind, and one by name or alias (case-insensitive); InvalidInput names the known
+/// ones (and, for "910B", the products of that family).
 const std::vector<Accelerator>& accelerators();
 const Accelerator& accelerator(const std::string& name);
 
