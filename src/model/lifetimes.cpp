@@ -88,10 +88,16 @@ bool fusable_op(const std::string& op) {
 // nn.LayerNorm, exported as Sigmoid+Mul, Div+Erf+Add+Mul+Mul, ReduceMean+Sub+Pow+...) whose
 // nodes are all elementwise, reductions or layout ops, a tensor made by an elementwise or
 // reduction node and used only inside that module is internal to the one PyTorch operator.
+// Except a tanh GELU written out in Python (transformers' NewGELUActivation, GPT-2's
+// `gelu_new`: `0.5 * x * (1 + torch.tanh(c * (x + 0.044715 * torch.pow(x, 3))))`), whose
+// module has a Pow and a Tanh: each of its operators allocates its output (4 tensors of x's
+// size live at once, measured under PyTorch 2.13). torch's own F.gelu(approximate="tanh")
+// exports its cube as two Muls, and LayerNorm's Pow comes without a Tanh.
 std::vector<bool> fused_in_leaf_modules(const Graph& graph) {
   std::vector<bool> fused(graph.tensors.size(), false);
   std::vector<std::string> leaf(graph.nodes.size());
-  std::map<std::string, bool> is_leaf;  // deepest scope -> no deeper scope, only fusable nodes
+  std::map<std::string, bool> is_leaf;     // deepest scope -> no deeper scope, only fusable nodes
+  std::map<std::string, int> python_gelu;  // scope -> bit 1: a Pow, bit 2: a Tanh
   for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
     auto scopes = scopes_of(graph.nodes[v].name);
     if (scopes.empty()) continue;
@@ -101,7 +107,11 @@ std::vector<bool> fused_in_leaf_modules(const Graph& graph) {
     auto [it, fresh] = is_leaf.emplace(leaf[v], ok);
     if (!fresh) it->second = it->second && ok;
     for (std::size_t k = 0; k + 1 < scopes.size(); ++k) is_leaf[scopes[k]] = false;
+    if (op == "Pow") python_gelu[leaf[v]] |= 1;
+    if (op == "Tanh") python_gelu[leaf[v]] |= 2;
   }
+  for (const auto& [scope, bits] : python_gelu)
+    if (bits == 3) is_leaf[scope] = false;
   for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
     const Tensor& t = graph.tensors[i];
     if (!in_arena(t) || t.graph_output || t.producer < 0 || t.consumers.empty()) continue;
