@@ -249,7 +249,8 @@ WindowAttention find_window_attention(const Graph& graph) {
 // as a temporary (transformers' eager BERT keeps it as `attention_probs`, after the peak).
 AttentionLocals find_attention_locals(const Graph& graph,
                                       const std::vector<std::size_t>& step_of_node,
-                                      const std::vector<bool>& skip) {
+                                      const std::vector<bool>& skip,
+                                      const std::vector<Sdpa>& sdpa) {
   AttentionLocals al;
   al.inside.assign(graph.nodes.size(), false);
   const ModuleScopes ms = module_scopes(graph);
@@ -291,9 +292,25 @@ AttentionLocals find_attention_locals(const Graph& graph,
         if (in_arena(graph.tensors[t])) locals.push_back(t);
         if (o != t && in_arena(graph.tensors[o])) locals.push_back(o);
       }
+    // An SDPA (PyTorch 2.x): the forward's query, key and value states are what the operator
+    // reads (through views; Llama's rotated q and k are made in the scope itself), and the
+    // scores never exist.
+    const Sdpa* sd = nullptr;
+    for (const Sdpa& s : sdpa)
+      if (s.node >= 0 && direct[s.node] == scope) sd = &s;
+    if (sd) {
+      locals.clear();
+      for (int t : {sd->q, sd->k, sd->v}) {
+        const int o = origin(t);
+        const int p = graph.tensors[o].producer;
+        if (p < 0 || (direct[p] != scope && direct[p].compare(0, prefix.size(), prefix) != 0))
+          continue;
+        if (in_arena(graph.tensors[o])) locals.push_back(o);
+      }
+    }
     if (locals.empty()) continue;
     const int scores = graph.nodes[softmax].inputs[0];
-    if (in_arena(graph.tensors[scores])) locals.push_back(scores);
+    if (!sd && in_arena(graph.tensors[scores])) locals.push_back(scores);
     // The forward's last node: of the scope or of its sub-modules.
     int last = -1;
     for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
@@ -363,6 +380,48 @@ std::vector<ErfGelu> find_erf_gelus(const Graph& graph) {
     out.push_back({x,
                    graph.tensors[mul->outputs[0]].consumers[0],
                    {scaled, erf.outputs[0], add->outputs[0], mul->outputs[0]}});
+  }
+  return out;
+}
+
+}  // namespace modelmem::model::detail
+
+namespace modelmem::model::detail {
+
+// transformers binds each embedding lookup to a local of the forward that calls it and keeps
+// it there until that forward returns: LlamaModel, Qwen2Model and MistralModel's
+// `inputs_embeds = self.embed_tokens(input_ids)` (then `hidden_states = inputs_embeds`, so
+// the first layer's input outlives the loop that reassigns hidden_states), GPT2Model's
+// `inputs_embeds = self.wte(...)` and `position_embeds = self.wpe(...)`, BertEmbeddings'
+// inputs_embeds, token_type_embeddings and position_embeddings. Found as a Gather from a
+// weight table by computed indices, in a module scope (nn.Embedding): its output lives until
+// the parent scope's last node (the graph's last step when the parent is the top level).
+std::vector<std::pair<int, std::size_t>> embedding_locals(
+    const Graph& graph, const std::vector<std::size_t>& step_of_node) {
+  std::vector<std::pair<int, std::size_t>> out;
+  std::map<std::string, std::size_t> end;  // scope -> its last step
+  std::vector<std::string> scope(graph.nodes.size());
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    const std::string& name = graph.nodes[v].name;
+    if (name.size() < 2 || name[0] != '/') continue;
+    scope[v] = name.substr(0, name.rfind('/'));
+    for (std::size_t p = scope[v].size(); p != std::string::npos && p > 0;
+         p = scope[v].rfind('/', p - 1)) {
+      auto [it, fresh] = end.emplace(scope[v].substr(0, p), step_of_node[v]);
+      if (!fresh) it->second = std::max(it->second, step_of_node[v]);
+    }
+  }
+  const std::size_t graph_end = step_of_node.empty() ? 0 : step_of_node.size() - 1;
+  for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
+    const Node& n = graph.nodes[v];
+    if (n.op_type != "Gather" || n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 ||
+        n.inputs[1] < 0 || n.outputs[0] < 0 || scope[v].empty() ||
+        !fixed_tensor(graph, n.inputs[0]) || fixed_tensor(graph, n.inputs[1]) ||
+        !in_arena(graph.tensors[n.outputs[0]]))
+      continue;
+    const std::size_t cut = scope[v].rfind('/');
+    const std::string parent = cut == std::string::npos ? "" : scope[v].substr(0, cut);
+    out.emplace_back(n.outputs[0], parent.empty() ? graph_end : end[parent]);
   }
   return out;
 }

@@ -61,6 +61,18 @@ struct WindowAttention {
 };
 WindowAttention find_window_attention(const Graph& graph);
 
+/// F.scaled_dot_product_attention as torch.onnx spells it, which PyTorch 2.x's CPU kernel runs
+/// as one operator (flash attention: no scores). sdpa.cpp says what it allocates.
+struct Sdpa {
+  int node = -1;               ///< the final MatMul (p @ v): where the operator runs
+  int q = -1, k = -1, v = -1;  ///< what the operator reads (k before the export's transpose)
+  std::vector<int> internals;  ///< the spelled-out tensors PyTorch never allocates
+  std::vector<int> inputs;     ///< read until `node`: q, k, v and a float mask
+  std::size_t workspace = 0;   ///< logsumexp and one thread's work buffer, freed on return
+  Strides output_strides;      ///< [b, s, h, d] memory seen as [b, h, s, d]; empty: contiguous
+};
+std::vector<Sdpa> find_sdpa(const Graph& graph, std::size_t float_bytes);
+
 /// The self-attentions written out in a module's forward (eager_rules.cpp).
 struct AttentionLocals {
   std::vector<bool> inside;               ///< per node: of such a scope's own (layouts followed)
@@ -68,9 +80,11 @@ struct AttentionLocals {
   std::size_t scopes = 0;
   std::size_t locals = 0;  ///< tensors held: q, k, v, the scores and the context
 };
+/// `sdpa`: the SDPAs found (their q, k and v are the locals there; no scores exist).
 AttentionLocals find_attention_locals(const Graph& graph,
                                       const std::vector<std::size_t>& step_of_node,
-                                      const std::vector<bool>& skip);
+                                      const std::vector<bool>& skip,
+                                      const std::vector<Sdpa>& sdpa = {});
 
 }  // namespace modelmem::model::detail
 
@@ -84,4 +98,7 @@ struct ErfGelu {
   std::vector<int> internals;  ///< the intermediates
 };
 std::vector<ErfGelu> find_erf_gelus(const Graph& graph);
+/// Embedding lookups held by the forward that makes them (inputs_embeds): (tensor, last step).
+std::vector<std::pair<int, std::size_t>> embedding_locals(
+    const Graph& graph, const std::vector<std::size_t>& step_of_node);
 }  // namespace modelmem::model::detail

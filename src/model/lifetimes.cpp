@@ -285,7 +285,11 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       last[i] = last_step;
   }
 
-  if (options.module_scopes) extend_to_module_ends(graph, lt.step_of_node, last);
+  if (options.module_scopes) {
+    extend_to_module_ends(graph, lt.step_of_node, last);
+    for (auto [t, until] : d::embedding_locals(graph, lt.step_of_node))
+      last[t] = std::max(last[t], until);
+  }
   WindowAttention wa;
   if (options.window_attention) {
     wa = find_window_attention(graph);
@@ -293,8 +297,17 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
     for (auto [x, until] : wa.held)
       if (in_arena(graph.tensors[x])) last[x] = std::max(last[x], lt.step_of_node[until]);
   }
+  std::vector<d::Sdpa> sdpa;
+  std::vector<int> sdpa_at(n, -1);  // per node: the SDPA it runs
+  if (options.sdpa) sdpa = d::find_sdpa(graph, options.float_bytes);
+  for (std::size_t i = 0; i < sdpa.size(); ++i) {
+    sdpa_at[sdpa[i].node] = static_cast<int>(i);
+    for (int t : sdpa[i].inputs)
+      if (in_arena(graph.tensors[t])) last[t] = std::max(last[t], lt.step_of_node[sdpa[i].node]);
+  }
+  lt.sdpa = sdpa.size();
   if (options.attention_locals) {
-    const auto al = d::find_attention_locals(graph, lt.step_of_node, wa.inside);
+    const auto al = d::find_attention_locals(graph, lt.step_of_node, wa.inside, sdpa);
     lt.attention_scopes = al.scopes;
     lt.attention_locals = al.locals;
     for (auto [t, until] : al.held) last[t] = std::max(last[t], lt.step_of_node[until]);
@@ -305,7 +318,21 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
         if (al.inside[v]) wa.inside[v] = true;
     }
   }
-  const bool layouts = wa.scopes > 0 || lt.attention_scopes > 0;
+  // An SDPA's output and the views taken of it follow their layout ([b, s, h, d] memory).
+  if (!sdpa.empty() && wa.inside.empty()) wa.inside.assign(n, false);
+  for (const auto& sd : sdpa) {
+    wa.inside[sd.node] = true;
+    int t = graph.nodes[sd.node].outputs[0];
+    for (int depth = 0; depth < 4 && graph.tensors[t].consumers.size() == 1; ++depth) {
+      const Node& c = graph.nodes[graph.tensors[t].consumers[0]];
+      if ((c.op_type != "Transpose" && !is_alias_op(c.op_type)) || c.outputs.empty() ||
+          c.outputs[0] < 0)
+        break;
+      wa.inside[graph.tensors[t].consumers[0]] = true;
+      t = c.outputs[0];
+    }
+  }
+  const bool layouts = wa.scopes > 0 || lt.attention_scopes > 0 || !sdpa.empty();
   std::vector<Strides> strides(layouts ? graph.tensors.size() : 0);
   auto strides_of = [&](int t) {
     const Strides& st = strides[t];
@@ -328,6 +355,8 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
         last[g.input] = std::max(last[g.input], lt.step_of_node[g.last_node]);
     }
   }
+  for (const auto& sd : sdpa)
+    for (int t : sd.internals) fused[t] = true;  // inside the one operator
   std::vector<int> linear_into;
   if (options.linear_bias_in_place && !options.in_place) linear_into = linear_bias_adds(graph);
 
@@ -449,7 +478,10 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       }
       int g = -1;
       const bool windowed = layouts && wa.inside[lt.order[s]];
-      if (windowed) g = windowed_output(node, k, o);
+      if (windowed && sdpa_at[lt.order[s]] >= 0)
+        strides[o] = sdpa[sdpa_at[lt.order[s]]].output_strides;  // a new [b, s, h, d] buffer
+      else if (windowed)
+        g = windowed_output(node, k, o);
       if (g >= 0) {
         // a view (or F.linear's bias add) in a window attention
       } else if (windowed) {
@@ -537,6 +569,10 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
       ++lt.workspaces;
     }
   }
+  for (const auto& sd : sdpa)
+    if (sd.workspace)
+      add_step_buffer(graph.nodes[sd.node].name + ":sdpa", sd.workspace, lt.step_of_node[sd.node],
+                      "sdpa workspace");
   for (Copy& c : copies) {
     add_step_buffer(std::move(c.id), c.bytes, c.step, "matmul operand copy");
     ++lt.matmul_copies;

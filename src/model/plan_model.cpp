@@ -140,6 +140,7 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
   eager.linear_bias_in_place = options.eager_module_scopes;
   eager.window_attention = options.eager_module_scopes;
   eager.attention_locals = options.eager_module_scopes;
+  eager.sdpa = options.eager_module_scopes;
 
   plan::SolveOptions solve;
   solve.time_limit = std::chrono::duration<double>(options.time_limit);

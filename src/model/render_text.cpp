@@ -95,7 +95,7 @@ std::string render_text(const ModelPlan& mp, const TextOptions& options) {
                    bytes_text(lt.activation_bytes_unshared), activation_dtype_note(mp)));
   line(fmt::format(
       "buffers        {} after {} in-place outputs and {} views of activations ({} of "
-      "weights){}{}{}",
+      "weights){}{}{}{}",
       lt.problem.buffers.size(), lt.in_place, lt.aliases, lt.weight_views,
       lt.workspaces ? fmt::format(", {} of them convolution workspaces", lt.workspaces) : "",
       lt.window_attentions ? fmt::format(", {} matmul operand copies in {} window attentions",
@@ -103,7 +103,9 @@ std::string render_text(const ModelPlan& mp, const TextOptions& options) {
                            : "",
       lt.attention_scopes ? fmt::format(", {} Python locals held in {} self-attentions",
                                         lt.attention_locals, lt.attention_scopes)
-                          : ""));
+                          : "",
+      lt.sdpa ? fmt::format(", {} attentions as one SDPA operator each (no scores)", lt.sdpa)
+              : ""));
   if (mp.runs.size() > 1) {
     line(fmt::format("solvers        {:<16} {:>14} {:>9} {:>10}", "solver", "arena bytes",
                      "/ bound", "seconds"));

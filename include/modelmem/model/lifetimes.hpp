@@ -79,6 +79,13 @@ struct LifetimeOptions {
   /// the scope and its sub-modules), where the graph frees each after its last use. The scores
   /// grow with the sequence squared. Needs torch.onnx's scoped node names.
   bool attention_locals = false;
+  /// PyTorch 2.x eager: F.scaled_dot_product_attention, spelled by torch.onnx as
+  /// MatMul(q * c, k^T * c) [+ mask] -> Softmax [-> NaN guard] -> MatMul(p, v), is one operator
+  /// (the CPU flash-attention kernel): the scores and the softmax never exist, q, k, v and the
+  /// mask are read until it runs, its output is [b, s, h, d] in memory (the transpose back is
+  /// a view), and the step holds the kernel's logsumexp and one thread's work buffer (id
+  /// "NODE:sdpa", no tensors). A graph without that spelling is unchanged (1.13 exports).
+  bool sdpa = false;
 };
 
 struct Lifetimes {
@@ -100,6 +107,7 @@ struct Lifetimes {
   std::size_t attention_scopes = 0;   ///< self-attentions whose locals are held (attention_locals)
   std::size_t attention_locals = 0;   ///< the tensors held there
   std::size_t fused = 0;              ///< fuse_leaf_modules: tensors without a buffer
+  std::size_t sdpa = 0;               ///< attentions run as one SDPA operator (sdpa)
 };
 
 /// Builds the lifetimes. Throws InvalidInput when `order` is not a topological permutation.
