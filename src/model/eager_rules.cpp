@@ -388,14 +388,15 @@ std::vector<ErfGelu> find_erf_gelus(const Graph& graph) {
 
 namespace modelmem::model::detail {
 
-// transformers binds each embedding lookup to a local of the forward that calls it and keeps
-// it there until that forward returns: LlamaModel, Qwen2Model and MistralModel's
-// `inputs_embeds = self.embed_tokens(input_ids)` (then `hidden_states = inputs_embeds`, so
-// the first layer's input outlives the loop that reassigns hidden_states), GPT2Model's
-// `inputs_embeds = self.wte(...)` and `position_embeds = self.wpe(...)`, BertEmbeddings'
-// inputs_embeds, token_type_embeddings and position_embeddings. Found as a Gather from a
-// weight table by computed indices, in a module scope (nn.Embedding): its output lives until
-// the parent scope's last node (the graph's last step when the parent is the top level).
+// transformers' decoders bind the embedding lookup to a local of the model's forward and pass
+// it straight into the first layer: LlamaModel, Qwen2Model and MistralModel's `inputs_embeds =
+// self.embed_tokens(input_ids)`, then `hidden_states = inputs_embeds`, so the first layer's
+// input outlives the loop that reassigns hidden_states (131,072 B at batch 1, seq 128 of the
+// 4x256 Llama, traced on PyTorch 2.13). Found as a Gather from a weight table by computed
+// indices in a module scope (nn.Embedding) whose output goes only into other sub-modules: it
+// lives until the parent scope's last node (the graph's end when the parent is the top).
+// A lookup the forward adds itself (`self.wte(x) + self.wpe(p)`) is left alone: that is a
+// temporary in the bundled models, a local in GPT2Model, and the graph cannot tell which.
 std::vector<std::pair<int, std::size_t>> embedding_locals(
     const Graph& graph, const std::vector<std::size_t>& step_of_node) {
   std::vector<std::pair<int, std::size_t>> out;
@@ -421,6 +422,11 @@ std::vector<std::pair<int, std::size_t>> embedding_locals(
       continue;
     const std::size_t cut = scope[v].rfind('/');
     const std::string parent = cut == std::string::npos ? "" : scope[v].substr(0, cut);
+    const auto& cs = graph.tensors[n.outputs[0]].consumers;
+    if (cs.empty() || std::any_of(cs.begin(), cs.end(), [&](int c) {
+          return scope[c] == parent || scope[c] == scope[v];
+        }))
+      continue;  // added or used in the forward itself: often a temporary (`wte(x) + wpe(p)`)
     out.emplace_back(n.outputs[0], parent.empty() ? graph_end : end[parent]);
   }
   return out;
