@@ -98,7 +98,8 @@ struct ErfGelu {
   std::vector<int> internals;  ///< the intermediates
 };
 std::vector<ErfGelu> find_erf_gelus(const Graph& graph);
-/// Embedding lookups held by the forward that makes them (inputs_embeds): (tensor, last step).
-std::vector<std::pair<int, std::size_t>> embedding_locals(
+/// Tensors a forward binds to Python locals the graph does not show, held until it returns
+/// (forward_locals.cpp): (tensor, its last step).
+std::vector<std::pair<int, std::size_t>> forward_locals(
     const Graph& graph, const std::vector<std::size_t>& step_of_node);
 }  // namespace modelmem::model::detail

@@ -287,7 +287,7 @@ Lifetimes build_lifetimes(const Graph& graph, const LifetimeOptions& options) {
 
   if (options.module_scopes) {
     extend_to_module_ends(graph, lt.step_of_node, last);
-    for (auto [t, until] : d::embedding_locals(graph, lt.step_of_node))
+    for (auto [t, until] : d::forward_locals(graph, lt.step_of_node))
       last[t] = std::max(last[t], until);
   }
   WindowAttention wa;
