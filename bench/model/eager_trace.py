@@ -199,10 +199,11 @@ def peak(path):
         print(f"  #{index:<6} {nbytes:>14,} B")
 
 
-def measure(path, batch, size, name=""):
+def measure(path, batch, size, name="", case=0):
+    """`case`: which pair of markers frames the inference (0: the first)."""
     live = {}
     current = 0
-    marks = 0
+    marks = -2 * case
     baseline = peak = None
     with open(path, newline="") as f:
         for row in csv.DictReader(line for line in f if not line.startswith("#")):
@@ -213,7 +214,7 @@ def measure(path, batch, size, name=""):
                     marks += 1
                     if marks == 1:
                         baseline = peak = current
-                    else:
+                    elif marks == 2:
                         break
                     continue
                 live[row["address"]] = nbytes

@@ -5,14 +5,17 @@ random weights (no hub), for the eager figure against PyTorch eager (issue 39 it
   hf_eager.py export FAMILY OUT.onnx SEQ      torch.onnx.export (dynamo=False, opset 17), the
                                               model as transformers builds it by default (SDPA
                                               attention); batch and seq symbolic dims
-  hf_eager.py infer FAMILY BATCH SEQ         two warm-ups and one inference framed by
+  hf_eager.py infer FAMILY BATCH SEQ [BATCH SEQ ...]
+                                             per case, two warm-ups and one inference framed by
                                               eager_trace.py's markers (run under
-                                              `modelmem run --trace`)
-  hf_eager.py measure T.csv BATCH SEQ        the activation peak of the inference (the input
-                                              ids, int64, counted as eager_trace.py does)
+                                              `modelmem run --trace`); one process, one model
+  hf_eager.py measure T.csv BATCH SEQ [CASE] the activation peak of the inference of case CASE
+                                              (0 = the first pair of markers; the input ids and
+                                              mask, int64, counted as eager_trace.py does)
 
 FAMILY: bert (4 layers, hidden 256, 4 heads, intermediate 1024), gpt2 (4 layers, n_embd 256,
-4 heads), llama (4 layers, hidden 256, 8 heads, 2 KV heads (GQA), intermediate 688). The model
+4 heads), llama (4 layers, hidden 256, 8 heads, 2 KV heads (GQA), intermediate 688), qwen2
+(as llama, with Qwen2's q/k/v biases). The model
 takes the token ids and an attention mask of ones (what a tokenizer gives) and returns only
 its last hidden state (use_cache=False), as a prefill without a cache would.
 """
@@ -36,13 +39,18 @@ def build(family):
     elif family == "gpt2":
         cfg = t.GPT2Config(vocab_size=8192, n_embd=256, n_layer=4, n_head=4, n_positions=1024)
         model = t.GPT2Model(cfg)
+    elif family == "qwen2":
+        cfg = t.Qwen2Config(vocab_size=8192, hidden_size=256, num_hidden_layers=4,
+                            num_attention_heads=8, num_key_value_heads=2,
+                            intermediate_size=688, max_position_embeddings=1024)
+        model = t.Qwen2Model(cfg)
     elif family == "llama":
         cfg = t.LlamaConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4,
                             num_attention_heads=8, num_key_value_heads=2,
                             intermediate_size=688, max_position_embeddings=1024)
         model = t.LlamaModel(cfg)
     else:
-        sys.exit(f"unknown family {family!r}: bert, gpt2 or llama")
+        sys.exit(f"unknown family {family!r}: bert, gpt2, llama or qwen2")
     model.eval()
 
     class Last(torch.nn.Module):
@@ -72,32 +80,35 @@ def export(family, out, seq):
                       do_constant_folding=True, dynamo=False)
 
 
-def infer(family, batch, seq):
+def infer(family, cases):
     import torch
 
     torch.set_num_threads(1)
     model = build(family)
-    ids = torch.randint(0, 8192, (batch, seq))
-    mask = torch.ones_like(ids)
     with torch.inference_mode():
-        for _ in range(2):
-            model(ids, mask)
-        mark = torch.empty(eager_trace.MARK_BYTES, dtype=torch.uint8)
-        del mark
-        y = model(ids, mask)
-        del y
-        mark = torch.empty(eager_trace.MARK_BYTES, dtype=torch.uint8)
-        del mark
+        for batch, seq in cases:
+            ids = torch.randint(0, 8192, (batch, seq))
+            mask = torch.ones_like(ids)
+            for _ in range(2):
+                model(ids, mask)
+            mark = torch.empty(eager_trace.MARK_BYTES, dtype=torch.uint8)
+            del mark
+            y = model(ids, mask)
+            del y
+            mark = torch.empty(eager_trace.MARK_BYTES, dtype=torch.uint8)
+            del mark
+            del ids, mask
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) == 4 and a[0] == "export":
         export(a[1], a[2], int(a[3]))
-    elif len(a) == 4 and a[0] == "infer":
-        infer(a[1], int(a[2]), int(a[3]))
-    elif len(a) == 4 and a[0] == "measure":
+    elif len(a) >= 4 and len(a) % 2 == 0 and a[0] == "infer":
+        infer(a[1], [(int(a[i]), int(a[i + 1])) for i in range(2, len(a), 2)])
+    elif len(a) in (4, 5) and a[0] == "measure":
         # the inputs: int64 ids and an int64 mask of ones (what a tokenizer gives), 16 B a token
-        eager_trace.measure(a[1], 2 * int(a[2]), int(a[3]), "bert_base")
+        eager_trace.measure(a[1], 2 * int(a[2]), int(a[3]), "bert_base",
+                            case=int(a[4]) if len(a) == 5 else 0)
     else:
         sys.exit(__doc__)
