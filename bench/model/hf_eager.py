@@ -8,7 +8,8 @@ random weights (no hub), for the eager figure against PyTorch eager (issue 39 it
   hf_eager.py infer FAMILY BATCH SEQ [BATCH SEQ ...]
                                              per case, two warm-ups and one inference framed by
                                               eager_trace.py's markers (run under
-                                              `modelmem run --trace`); one process, one model
+                                              `modelmem run --trace`, with MKL_DISABLE_FAST_MM
+                                              set empty as eager_trace.py says); one process
   hf_eager.py measure T.csv BATCH SEQ [CASE] the activation peak of the inference of case CASE
                                               (0 = the first pair of markers; the input ids and
                                               mask, int64, counted as eager_trace.py does)

@@ -22,7 +22,10 @@ SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("MODELMEM_BINARY_DIR") or os.path.join(SOURCE, "build")
 CLI = os.path.join(BUILD, "modelmem")
 SCRIPT = os.path.join(SOURCE, "bench", "model", "hf_eager.py")
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
+# MKL_DISABLE_FAST_MM empty: MKL keeps its GEMM packing buffers in its own cache (`modelmem run`
+# turns it off otherwise), warm after each case's warm-ups: the measured inference holds
+# PyTorch's tensors only, what the eager figure counts (as tests/runtimes/test_eager_bert.py).
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_DISABLE_FAST_MM="")
 CASES = [(b, s) for s in (128, 256, 512) for b in (1, 4)]
 FAMILIES = ("bert", "gpt2", "llama", "qwen2")
 
