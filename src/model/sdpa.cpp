@@ -1,5 +1,7 @@
 // F.scaled_dot_product_attention as torch.onnx writes it, and what PyTorch 2.x's CPU kernel
 // allocates instead (eager_rules.hpp).
+#include <onnx/onnx_pb.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -128,9 +130,10 @@ std::vector<Sdpa> find_sdpa(const Graph& graph, std::size_t float_bytes) {
     const std::size_t q_split = std::min<std::size_t>(sq, sq >= 768 ? 256 : sq >= 192 ? 64 : 32);
     const std::size_t kv_split = std::min<std::size_t>(skv, 512);
     const std::size_t per_thread = (q_split * kv_split + 2 * q_split + q_split * d) * 4;
-    const bool is_float = graph.tensors[o].dtype == graph.tensors[q].dtype;
-    const std::size_t reduced =
-        is_float && float_bytes == 2 ? q_split * kv_split * float_bytes : 0;  // fp16/bf16
+    const int dt = graph.tensors[q].dtype;
+    const bool half = dt == onnx::TensorProto::FLOAT16 || dt == onnx::TensorProto::BFLOAT16 ||
+                      (dt == onnx::TensorProto::FLOAT && float_bytes == 2);
+    const std::size_t reduced = half ? q_split * kv_split * 2 : 0;  // scores in fp16/bf16
     s.workspace = heads_batch * sq * 4 + per_thread + reduced;
     // Output [b, s, h, d] in memory, seen as [b, h, s, d].
     if (r == 4) {
