@@ -44,10 +44,11 @@ std::size_t device_memory(const std::string& text) {
 
 std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option("--serve", a->model,
-                  "Serving plan of a decoder LLM: an ONNX export with its KV cache or a Hugging "
-                  "Face checkpoint folder (config.json + *.safetensors, weights not read); needs "
-                  "--device-memory");
+  cmd->add_option(
+      "--serve", a->model,
+      "Serving plan of a decoder LLM: an ONNX export with its KV cache or a Hugging "
+      "Face checkpoint folder (config.json + *.safetensors, weights not read) or a GGUF "
+      "file (metadata and tensor infos); needs --device-memory");
   cmd->add_option("--context", a->context,
                   "--serve: tokens per request (prompt + output; default the model's max "
                   "positions, else 8192)")
@@ -81,7 +82,8 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
   cmd->add_option("--onnx", a->onnx,
                   "--serve with a checkpoint: plan the step activations from this ONNX export");
   cmd->add_option("--engine", a->engine,
-                  "--serve: print one engine's settings: vllm, sglang or tensorrt_llm (default "
+                  "--serve: print one engine's settings: vllm, sglang, tensorrt_llm or llama.cpp "
+                  "(default "
                   "all; docs/serving.md has the table)");
   cmd->add_option("--engine-fraction", a->engine_fraction,
                   "--serve: the engines' memory fraction their own formula is shown at")

@@ -299,6 +299,13 @@ std::vector<std::size_t> Checkpoint::tensor_bytes_per_rank(int tp, std::size_t f
     std::size_t count = 1;
     for (auto d : t.shape) count *= static_cast<std::size_t>(d);
     std::size_t esize = count ? t.bytes / count : 0;
+    if (count && esize * count != t.bytes) {
+      // Quantised blocks (GGUF): kept as stored; a rank holds its share of the bytes.
+      out.push_back(t.shape.size() >= 2 ? (t.bytes + static_cast<std::size_t>(tp) - 1) /
+                                              static_cast<std::size_t>(tp)
+                                        : t.bytes);
+      continue;
+    }
     if (float_bytes && (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16"))
       esize = float_bytes;
     if (t.shape.size() >= 2)

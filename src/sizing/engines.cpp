@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "modelmem/core/error.hpp"
+#include "sizing/engine_llamacpp.hpp"
 #include "sizing/engine_vllm.hpp"
 
 namespace modelmem::sizing {
@@ -144,6 +145,19 @@ const std::vector<EngineInfo>& engine_table() {
        .limits = "max_seq_len and activations fixed when the engine is built",
        .run_here = "",
        .fill = trtllm_settings},
+      {.name = "llama.cpp",
+       .label = "llama.cpp (llama-server, llama-cpp-python)",
+       .env_name = "LLAMACPP",
+       .cuda_only = false,
+       .kv_sizing = KvSizing::kExplicit,
+       .kv_settings = "-c cells (all sequences; 0: the model's context length) over -np "
+                      "sequences, allocated in full at start",
+       .block_rule = "cells: -c rounded up to 256, each of -np sequences -c/-np rounded up to "
+                     "256 (-kvu: one shared stream)",
+       .kv_dtypes = "-ctk/-ctv f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1",
+       .limits = "-c past the model's context length only warns; a quantised -ctv needs -fa",
+       .run_here = "llama-cpp-python 0.3.36, built from source (tests/engines)",
+       .fill = llamacpp_settings},
   };
   return table;
 }
@@ -167,7 +181,7 @@ void add_engines(ServePlan& p, const ServeOptions& o) {
       e.difference += "; a formula: " + std::string(row.label) + " does not run here";
     for (const auto& [k, v] : e.settings)
       e.command +=
-          (e.command.empty() ? "" : " ") + (k.rfind("--", 0) == 0 ? k + " " + v : k + "=" + v);
+          (e.command.empty() ? "" : " ") + (k.rfind("-", 0) == 0 ? k + " " + v : k + "=" + v);
     p.engines.push_back(std::move(e));
   }
 }

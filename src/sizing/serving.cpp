@@ -16,6 +16,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/buckets.hpp"
 #include "modelmem/model/checkpoint.hpp"
+#include "modelmem/model/gguf.hpp"
 #include "modelmem/model/lifetimes.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/model/solve.hpp"
@@ -365,9 +366,9 @@ ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
   if (!o.lengths_path.empty()) lengths = model::read_lengths(o.lengths_path);
 
   StepPlans s;
-  if (model::is_checkpoint_folder(model)) {
+  if (model::is_checkpoint_folder(model) || model::is_gguf_path(model)) {
     p.source = "checkpoint";
-    model::Checkpoint ck = model::read_checkpoint(model);
+    model::Checkpoint ck = model::read_checkpoint_or_gguf(model);
     const auto& c = ck.config;
     p.model_max_positions = c.max_positions;
     p.model_positions_source = c.max_positions_source;

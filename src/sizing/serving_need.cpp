@@ -9,6 +9,7 @@
 
 #include "modelmem/core/checked.hpp"
 #include "modelmem/model/checkpoint.hpp"
+#include "modelmem/model/gguf.hpp"
 #include "modelmem/model/graph.hpp"
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/model/lifetimes.hpp"
@@ -82,17 +83,10 @@ ServingSequence serving_sequence(const std::string& model, const ServeOptions& o
   ServedStep decode, prefill;
   const std::string& onnx = p.source == "onnx" ? model : options.onnx;
   if (p.source == "checkpoint") {
-    const model::Checkpoint ck = model::read_checkpoint(model);
+    const model::Checkpoint ck = model::read_checkpoint_or_gguf(model);
     const std::size_t elem = o.dtype.empty() ? 0 : model::dtype_size(o.dtype, "--dtype");
-    for (const auto& t : ck.tensors) {
-      // One rank's share of each tensor, as Checkpoint::weights_per_rank counts it.
-      std::size_t count = 1;
-      for (auto d : t.shape) count *= static_cast<std::size_t>(d);
-      std::size_t esize = count ? t.bytes / count : 0;
-      if (elem && (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16")) esize = elem;
-      if (t.shape.size() >= 2) count = (count + static_cast<std::size_t>(o.tp) - 1) / o.tp;
-      weights.push_back(checked_mul(count, esize, "weights bytes"));
-    }
+    // One rank's share of each tensor, as Checkpoint::weights_per_rank counts it.
+    weights = ck.tensor_bytes_per_rank(o.tp, elem);
     if (onnx.empty()) {
       const std::string stored = ck.config.torch_dtype.empty() ? "bf16" : ck.config.torch_dtype;
       const std::size_t act = model::dtype_size(o.dtype.empty() ? stored : o.dtype, "--dtype");

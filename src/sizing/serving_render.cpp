@@ -51,7 +51,9 @@ std::string render_text(const ServePlan& p) {
   line("model",
        fmt::format("{} ({})", p.model,
                    p.source == "onnx" ? "ONNX decoder, KV cache from its past/present pairs"
-                                      : "checkpoint: config.json + safetensors headers"));
+                   : p.model.size() > 5 && p.model.rfind(".gguf") == p.model.size() - 5
+                       ? "GGUF: metadata and tensor infos, ggml types as stored"
+                       : "checkpoint: config.json + safetensors headers"));
   line("device",
        fmt::format("{}{}", model::bytes_text(p.device_memory),
                    p.tp > 1 ? fmt::format(", one of {} tensor-parallel ranks", p.tp) : ""));
