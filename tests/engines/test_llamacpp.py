@@ -128,7 +128,8 @@ def test_gguf_weights_exact(family, kind, tmp_path):
     folder = families.make(family, tmp_path / family)
     ck, _ = plan(folder, 1 << 34)
     assert p["kv_bytes_per_token"] == ck["kv_bytes_per_token"]
-    assert p["model_max_positions"] == ck["model_max_positions"]
+    assert p["max_context_capped"] and ck["max_context_capped"]
+    assert p["max_context"] == ck["max_context"]
 
 
 KV_LINE = re.compile(r"llama_kv_cache: size = .*")
