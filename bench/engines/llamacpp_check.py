@@ -58,7 +58,9 @@ def main():
         print(f"modelmem   weights {p['weights_bytes']:,} B ({a.kind}), KV budget "
               f"{p['kv_cache_bytes']:,} B")
         print("modelmem   " + " ".join(f"{k} {v}" for k, v in s.items()))
-        print("modelmem   " + row["logs"].split(" (")[0])
+        for line in row["logs"].split("; "):
+            if line.startswith("llama_kv_cache:"):
+                print("modelmem   " + line)
         if test_llamacpp.LLAMA_MISSING:
             print("llama.cpp  not run: " + test_llamacpp.LLAMA_MISSING)
             return
@@ -66,7 +68,7 @@ def main():
         for pattern in [r"n_ctx += \d+", r"n_ctx_seq += \d+", r"llama_kv_cache: size = .*",
                         r"CPU_Mapped model buffer size = .*", r"\w+ compute buffer size = .*"]:
             for m in re.finditer(pattern, log):
-                print("llama.cpp  " + re.sub(r"\s+", " ", m[0].strip()))
+                print("llama.cpp  " + m[0].strip())
         print(f"llama.cpp  decoded one micro-batch: {'ok' if seen['decode'] == 0 else 'failed'}")
         print(f"modelmem   activation figure for a chunk of {p['prefill_tokens']} tokens: "
               f"{p['prefill_activation_bytes'] / 2**20:.2f} MiB (a formula)")

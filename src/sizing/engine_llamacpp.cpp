@@ -176,7 +176,7 @@ void llamacpp_settings(EngineSettings& e, ServePlan& p, const ServeOptions& o) {
         "; " + llamacpp_log_line(kv->swa_k_bytes, kv->swa_v_bytes, kv->swa_cells, kv->swa_layers,
                                  n_seq, kv->streams, *shape.type_k, *shape.type_v);
   e.logs += fmt::format(
-      " ({} of the plan's KV budget of {}); compute buffer per micro-batch of {} tokens: "
+      "; {} of the plan's KV budget of {}; compute buffer per micro-batch of {} tokens: "
       "llama.cpp's graph allocator sizes it (measured in tests/engines, not restated); "
       "modelmem's activation figure for a chunk of {} tokens is {}",
       model::bytes_text(kv->bytes()), model::bytes_text(p.kv_cache_bytes), shape.n_ubatch,
