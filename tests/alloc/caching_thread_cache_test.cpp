@@ -198,5 +198,23 @@ TEST(CachingPool, OomLadderFreesTheLargestOversizeBlocksUntilEnough) {
   a.deallocate(p);
 }
 
+// With cache_decay_ms above 0, a free that empties a segment while the cache exceeds both what is
+// allocated and 64 MiB gives the segment back at once; with 0 (PyTorch's behaviour) it stays.
+TEST(CachingPool, AFreeThatLeavesMostOfTheCacheUnusedGivesItsSegmentBack) {
+  for (const std::size_t decay_ms : {std::size_t{10000}, std::size_t{0}}) {
+    CachingOptions o;
+    o.decay_ms = decay_ms;
+    CachingAllocator a(device::make_host_device(), o);
+    void* keep = a.allocate(70 * kMiB);
+    void* p = a.allocate(70 * kMiB);
+    a.deallocate(p);  // cache 70 MiB, allocated 70 MiB: not larger, so it stays
+    EXPECT_EQ(a.stats().reserved_bytes.all.current, static_cast<std::int64_t>(140 * kMiB));
+    a.deallocate(keep);  // cache 140 MiB, allocated 0: this segment goes back
+    EXPECT_EQ(a.stats().reserved_bytes.all.current,
+              static_cast<std::int64_t>((decay_ms != 0 ? 70 : 140) * kMiB))
+        << "cache_decay_ms " << decay_ms;
+  }
+}
+
 }  // namespace
 }  // namespace modelmem::alloc

@@ -120,7 +120,17 @@ void CachingAllocator::Impl::return_block(Block* b, bool count_free) {
   b->pending = false;
   b->stream_uses.clear();
   b->free_tick = ++tick_;
-  pool_insert(coalesce(b));
+  Block* merged = coalesce(b);
+  pool_insert(merged);
+  // A free that empties a whole segment while the cache is larger than what is live (and than
+  // a floor of 64 MiB) gives that segment back at once: a process that dropped most of its
+  // memory does not keep it for cache_decay_ms. cache_decay_ms:0 keeps PyTorch's behaviour
+  // (nothing goes back before empty_cache).
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all.current);
+  const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
+  if (count_free && options_.decay_ms != 0 && releasable(merged) &&
+      reserved - allocated > std::max<std::size_t>(64u << 20, allocated))
+    release_block(merged);
 }
 
 bool CachingAllocator::Impl::within_allowed(std::size_t bytes) const {
