@@ -159,6 +159,9 @@ void bind_device(py::module_& m) {
       .def_readonly("not_monotone", &FitResult::not_monotone,
                     "'DIM=A fits although DIM=B does not' where the need fell with a larger "
                     "value; '' otherwise")
+      .def_readonly("refused_below", &FitResult::refused_below,
+                    "the smallest value below value planned that does not fit (so not every "
+                    "value up to value fits); 0 when none was met, which proves nothing either")
       .def_readonly("seconds", &FitResult::seconds)
       .def_property_readonly("device", &device_or_none,
                              "the DevicePlan at value (its quotas and configuration strings); "

@@ -81,9 +81,15 @@ FitResult fit(const FitRequest& r) {
   std::int64_t lo = 1, hi = 0;
   Probe hi_probe;
   // Plans `v`: the largest value known to fit, or the smallest known not to, moves to it.
+  std::int64_t smallest_refused = 0;  // for memory, among the values planned
+  auto refused = [&](const Probe& p, std::int64_t v) {
+    if (!p.fits && !p.limit && (smallest_refused == 0 || v < smallest_refused))
+      smallest_refused = v;
+  };
   auto step = [&](std::int64_t v) {
     Probe p = probe(r, v);
     ++out.probes;
+    refused(p, v);
     if (p.fits) {
       lo = v;
       lo_probe = std::move(p);
@@ -119,6 +125,7 @@ FitResult fit(const FitRequest& r) {
       Probe p = probe(r, v);
       ++out.probes;
       if (p.limit) continue;  // refused by the model: not a memory figure
+      refused(p, v);
       if (p.fits) {
         higher = v;
         higher_probe = std::move(p);
@@ -140,6 +147,7 @@ FitResult fit(const FitRequest& r) {
   std::erase_if(out.checked_above, [&](std::int64_t v) { return v <= lo + 1; });
   std::sort(out.checked_above.begin(), out.checked_above.end());
   out.value = lo;
+  if (smallest_refused > 0 && smallest_refused < lo) out.refused_below = smallest_refused;
   return finish(lo_probe, &hi_probe);
 }
 
@@ -190,6 +198,14 @@ std::string render_text(const FitResult& f) {
   }
   if (!f.not_monotone.empty())
     line(fmt::format("monotone       no: {}; the search went on above", f.not_monotone));
+  if (f.found() && f.refused_below > 0)
+    line(
+        fmt::format("answer         for one {} only: {}={} does not fit, so not every {} up to {} "
+                    "does",
+                    f.dim, f.dim, f.refused_below, f.dim, f.value));
+  else if (f.found() && f.value > 1)
+    line(fmt::format("answer         for one {}: {}=1..{} were not each planned", f.dim, f.dim,
+                     f.value - 1));
   line(fmt::format("limit          {}", f.limit));
   line(fmt::format("probes         {} plans in {:.2f} s", f.probes, f.seconds));
   if (f.found()) {
@@ -211,6 +227,7 @@ nlohmann::json fit_json(const FitResult& f) {
                       {"probes", f.probes},
                       {"checked_above", f.checked_above},
                       {"not_monotone", f.not_monotone},
+                      {"refused_below", f.refused_below},
                       {"seconds", f.seconds}};
   if (!f.model.empty()) j["model"] = f.model;
   return j;

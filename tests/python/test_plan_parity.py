@@ -133,7 +133,7 @@ def test_fit_is_the_clis_fit(case, cli_fits):
     j = json.loads(text)
     assert without_seconds(json.loads(f.to_json())) == without_seconds(json.loads(text))
     for key in ("dim", "value", "need_bytes", "next_need_bytes", "limit", "probes", "model",
-                "checked_above", "not_monotone"):
+                "checked_above", "not_monotone", "refused_below"):
         assert getattr(f, key) == j["fit"][key], key
     assert f.found == (rc == 0) == (f.value > 0)
     assert masked(f.report()) == masked(without_json_line(stdout))

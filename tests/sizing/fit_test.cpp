@@ -2,6 +2,7 @@
 // checked by an independent plan at that value; a position table bounds a sequence dim.
 #include "modelmem/sizing/fit.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -70,6 +71,10 @@ TEST(Fit, TheSearchGoesPastANeedThatIsNotMonotone) {
   EXPECT_NE(f.not_monotone.find("fits although batch="), std::string::npos) << f.not_monotone;
   EXPECT_GE(f.value, 819);
   EXPECT_FALSE(plan_at(r, 768).fits());  // below the value printed: the need is not monotone
+  // Said: the answer is for one batch; a batch below it that was planned does not fit.
+  ASSERT_GT(f.refused_below, 0);
+  EXPECT_LT(f.refused_below, f.value);
+  EXPECT_FALSE(plan_at(r, f.refused_below).fits());
   EXPECT_TRUE(plan_at(r, f.value).fits());
   EXPECT_FALSE(plan_at(r, f.value + 1).fits());
   ASSERT_FALSE(f.checked_above.empty());
@@ -79,6 +84,11 @@ TEST(Fit, TheSearchGoesPastANeedThatIsNotMonotone) {
   }
   const std::string text = render_text(f);
   EXPECT_NE(text.find("monotone       no: batch="), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("answer         for one batch only: batch={} does not fit",
+                                  f.refused_below)),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(fit_json(f)["refused_below"], f.refused_below);
   EXPECT_EQ(fit_json(f)["checked_above"].size(), f.checked_above.size());
 }
 

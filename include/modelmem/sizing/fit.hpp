@@ -42,6 +42,11 @@ struct FitResult {
   std::vector<std::int64_t> checked_above;
   /// "DIM=A fits although DIM=B does not" when such a pair was met on the way (A > B); "" else.
   std::string not_monotone;
+  /// The smallest value below `value` planned on the way that does not fit for memory; 0 when none
+  /// was met. `value` is the largest single value found: when this is set, not every value up to
+  /// it fits (what a server that batches dynamically needs). 0 does not prove the opposite: the
+  /// values below `value` are not each planned.
+  std::int64_t refused_below = 0;
   /// The device plan at `value` (quotas and configuration strings); empty plans when value is 0.
   DeviceNeed at_value;
   bool found() const { return value > 0; }
