@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <unordered_set>
 
 #include "modelmem/core/checked.hpp"
 #include "modelmem/core/error.hpp"
@@ -301,6 +302,7 @@ GgufFile read_gguf(const std::string& path) {
       r.fail(fmt::format("general.alignment {} is not a power of 2 up to 65536", a.text));
     f.alignment = static_cast<std::uint64_t>(a.number);
   }
+  std::unordered_set<std::string> names;
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
     t.name = r.string("a tensor name", kMaxKey);
@@ -314,7 +316,8 @@ GgufFile read_gguf(const std::string& path) {
       const auto dim = r.scalar<std::uint64_t>("a tensor dim");
       if (dim > static_cast<std::uint64_t>(INT64_MAX)) bad(fmt::format("dim {} is too large", dim));
       t.dims.push_back(static_cast<std::int64_t>(dim));
-      elements = checked_mul(elements, static_cast<std::size_t>(dim), "tensor elements");
+      if (__builtin_mul_overflow(elements, static_cast<std::size_t>(dim), &elements))
+        bad(fmt::format("its {} dims multiply past 64 bits", n_dims));
     }
     const auto type = r.scalar<std::uint32_t>("a tensor's type");
     t.type = ggml_type(type);
@@ -322,10 +325,14 @@ GgufFile read_gguf(const std::string& path) {
     if (t.dims[0] % static_cast<std::int64_t>(t.type->block_size) != 0)
       bad(fmt::format("its first dim {} is not whole {} blocks of {}", t.dims[0], t.type->name,
                       t.type->block_size));
-    t.bytes = checked_mul(elements / t.type->block_size, t.type->type_size, "tensor bytes");
+    if (__builtin_mul_overflow(elements / t.type->block_size, t.type->type_size, &t.bytes))
+      bad(fmt::format("its size in bytes ({} elements of {}) overflows 64 bits", elements,
+                      t.type->name));
     t.offset = r.scalar<std::uint64_t>("a tensor's offset");
     if (t.offset % f.alignment != 0)
       bad(fmt::format("offset {} is not a multiple of the alignment {}", t.offset, f.alignment));
+    if (!names.insert(t.name).second)
+      bad("the name appears twice (llama.cpp refuses such a file: a duplicate tensor name)");
     f.tensors.push_back(std::move(t));
   }
   f.data_offset = (r.pos() + f.alignment - 1) / f.alignment * f.alignment;

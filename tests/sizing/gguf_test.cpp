@@ -190,6 +190,23 @@ TEST_F(Gguf, HostileFilesAreRefusedWithOneLine) {
                    t.tensor("w", {1, 1, 1, 1, 1}, 0, 0);
                  }),
           64, "n_dims 5 is not 1 to 4");
+  // Dims whose product overflows, and a name twice: each named by its tensor.
+  refused(header(1,
+                 [](Bytes& t) {
+                   t.tensor("blk.0.ffn_up.weight", {1ull << 32, 1ull << 32, 2}, 0, 0);
+                 }),
+          64, "tensor 'blk.0.ffn_up.weight': its 3 dims multiply past 64 bits");
+  refused(header(1,
+                 [](Bytes& t) {
+                   t.tensor("w", {1ull << 60, 8}, 1, 0);
+                 }),
+          64, "tensor 'w': its size in bytes (9223372036854775808 elements of F16) overflows");
+  refused(header(2,
+                 [](Bytes& t) {
+                   t.tensor("output.weight", {32}, 0, 0);
+                   t.tensor("output.weight", {32}, 0, 128);
+                 }),
+          512, "tensor 'output.weight': the name appears twice");
   refused(header(0, none, 1,
                  [](Bytes& b) {
                    b.str("general.alignment").put<std::uint32_t>(4).put<std::uint32_t>(3);
