@@ -1,5 +1,6 @@
 """scripts/check-layers: the real tree keeps the house rules, and each kind of breach is caught
-and named (a wrong-way include, a file over 600 lines, a flat public header)."""
+and named (a wrong-way include, a file over 600 lines, a flat public header, a public header
+docs/architecture.md does not name, a test in another layer's folder)."""
 import os
 import subprocess
 import sys
@@ -43,6 +44,7 @@ def test_each_breach_is_named(tmp_path):
     write(tmp_path, "include/modelmem/flat.hpp", "#pragma once\n")
     write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
     write(tmp_path, "include/modelmem/plan/problem.hpp", '#include "modelmem/alloc/stats.hpp"\n')
+    write(tmp_path, "docs/architecture.md", "| a problem | `plan/problem.hpp` |\n")
     # Above the layers: a private header of src/, and (tools/) one of integrations/.
     write(tmp_path, "src/alloc/caching/impl.hpp", "#pragma once\n")
     write(tmp_path, "python/src/torch.cpp", '#include "alloc/caching/impl.hpp"\n')
@@ -65,3 +67,30 @@ def test_each_breach_is_named(tmp_path):
     assert ("tools/run.cpp:2: includes stack.hpp: tools/ includes only modelmem/ and "
             "modelmem_preload/ headers and its own") in lines
     assert len(lines) == 8, lines
+
+
+def test_an_undocumented_public_header_and_a_test_in_another_layers_folder_are_named(tmp_path):
+    write(tmp_path, "include/modelmem/modelmem.hpp", "#pragma once\n")
+    write(tmp_path, "include/modelmem/plan/problem.hpp", "#pragma once\n")
+    write(tmp_path, "include/modelmem/plan/period.hpp", "#pragma once\n")
+    write(tmp_path, "docs/architecture.md", "| a problem | `plan/problem.hpp` |\n")
+    # A model test that reaches the config layer (through a header of its folder), a sizing
+    # test of the model layer alone, and tests where they belong (a test of the tool alone too).
+    write(tmp_path, "tests/model/helper.hpp", '#include "modelmem/config/config.hpp"\n')
+    write(tmp_path, "tests/model/plan_test.cpp", '#include "modelmem/model/graph.hpp"\n'
+          '#include "helper.hpp"\n')
+    write(tmp_path, "tests/sizing/checkpoint_test.cpp", '#include "modelmem/core/error.hpp"\n'
+          '#include "modelmem/model/checkpoint.hpp"\n')
+    write(tmp_path, "tests/sizing/device_test.cpp", '#include "modelmem/model/plan_model.hpp"\n'
+          '#include "modelmem/config/config.hpp"\n')
+    write(tmp_path, "tests/alloc/cli_test.cpp", '#include "support/command.hpp"\n')
+    write(tmp_path, "tests/model/graph_test.cpp", '#include "modelmem/model/graph.hpp"\n')
+    r = check(tmp_path)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert ("include/modelmem/plan/period.hpp: a public header docs/architecture.md does not name "
+            "(its table of where each concept lives)") in lines
+    assert ("tests/model/plan_test.cpp:2: includes config/config.hpp: a test of model/ uses only "
+            "core, model, plan (it belongs in tests/sizing/)") in lines
+    assert "tests/sizing/checkpoint_test.cpp: uses only core, model: it belongs in tests/model/" in lines
+    assert len(lines) == 3, lines
