@@ -26,7 +26,7 @@
 #include <optional>
 
 #include "modelmem/core/error.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 
 namespace modelmem::plan::detail {
 

@@ -21,7 +21,7 @@ using Deadline = std::chrono::steady_clock::time_point;
 struct TimeUp {};
 
 /// How place_in_order finds the placed buffers that overlap a newcomer in time (see
-/// placement.cpp); every choice gives the same plan.
+/// buffer_placer.cpp); every choice gives the same plan.
 enum class PlacementIndex { kAuto, kScan, kTimeTree };
 
 /// True when the time tree is expected to be faster than the scan for this problem.

@@ -9,8 +9,8 @@
 #include <cstdio>
 
 #include "modelmem/plan/exact.hpp"
+#include "plan/buffer_placer.hpp"
 #include "plan/large.hpp"
-#include "plan/placement.hpp"
 #include "plan/refine.hpp"
 
 namespace modelmem::plan {

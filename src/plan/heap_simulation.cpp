@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "modelmem/core/free_list.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 #include "plan/time_sort.hpp"
 
 namespace modelmem::plan::detail {

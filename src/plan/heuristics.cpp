@@ -13,7 +13,7 @@
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/heuristics.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 
 namespace modelmem::plan {
 namespace {

@@ -16,7 +16,7 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/exact.hpp"
 #include "modelmem/plan/heuristics.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 
 namespace modelmem::plan::detail {
 namespace {

@@ -23,8 +23,8 @@
 #include <random>
 #include <vector>
 
+#include "plan/buffer_placer.hpp"
 #include "plan/large.hpp"
-#include "plan/placement.hpp"
 
 namespace modelmem::plan::detail {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/plan/solver.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 #include "plan/random_problem.hpp"
 
 using namespace modelmem;

@@ -15,7 +15,7 @@
 #include "modelmem/plan/plan_io.hpp"
 #include "modelmem/plan/solver.hpp"
 #include "plan/brute_force.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 #include "plan/random_problem.hpp"
 
 using namespace modelmem::plan;

@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "plan/brute_force.hpp"
-#include "plan/placement.hpp"
+#include "plan/buffer_placer.hpp"
 #include "plan/random_problem.hpp"
 
 using namespace modelmem::plan;
