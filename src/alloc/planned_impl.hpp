@@ -20,6 +20,7 @@
 
 #include "modelmem/alloc/planned_allocator.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/device/host.hpp"
 #include "modelmem/plan/period.hpp"
 #include "modelmem/plan/solver.hpp"
 #include "planned_parts.hpp"
@@ -37,7 +38,9 @@ struct PlannedAllocator::Impl {
   explicit Impl(PlannedOptions o)
       : options(std::move(o)),
         detector({options.auto_steps ? options.history : 0, options.min_period,
-                  options.first_detection, options.min_history}) {}
+                  options.first_detection, options.min_history}) {
+    count_faults = options.device && options.device->host_accessible();
+  }
 
   PlannedOptions options;
   const PlannedAllocator* owner = nullptr;  // reports the arenas as segments
@@ -54,6 +57,9 @@ struct PlannedAllocator::Impl {
 
   // The step being watched.
   bool in_step = false;
+  // The process's page faults when the open step began (count_faults: the arena is host memory).
+  bool count_faults = false;
+  device::PageFaults step_faults;
   std::uint64_t step_id = 0;
   std::uint64_t steps_begun = 0;
   std::vector<LogEntry> log;
@@ -281,6 +287,19 @@ struct PlannedAllocator::Impl {
     clock = 0;
     current_plan = kNoSlot;
     step_mismatch = false;
+    if (count_faults) step_faults = device::process_page_faults();
+  }
+
+  // A step the plan served whole: the page faults the kernel counted while it ran.
+  void count_step_faults() {
+    const device::PageFaults now = device::process_page_faults();
+    const std::uint64_t minor = now.minor - std::min(now.minor, step_faults.minor);
+    const std::uint64_t major = now.major - std::min(now.major, step_faults.major);
+    pstats.served_steps++;
+    if (minor + major == 0) pstats.faultless_steps++;
+    pstats.served_step_minor += minor;
+    pstats.served_step_major += major;
+    pstats.served_step_max = std::max(pstats.served_step_max, minor + major);
   }
 
   void finish_step() {
@@ -292,6 +311,7 @@ struct PlannedAllocator::Impl {
       step_mismatch = true;  // truncated step
     const bool planned_step = current_plan != kNoSlot || !plans.empty();
     if (step_mismatch && planned_step) pstats.mismatched_steps++;
+    if (count_faults && current_plan != kNoSlot && !step_mismatch) count_step_faults();
     current_plan = kNoSlot;
     if (log.empty()) return;
     if (plan_next_step) {

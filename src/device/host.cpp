@@ -2,6 +2,7 @@
 // PROT_NONE reservation whose pages are committed with mprotect and decommitted with
 // MADV_DONTNEED + PROT_NONE, which is as close as the host gets to cuMemMap/cuMemUnmap.
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -215,6 +216,12 @@ std::size_t huge_page_bytes(const void* addr, std::size_t bytes) {
   }
   std::fclose(f);
   return total;
+}
+
+PageFaults process_page_faults() noexcept {
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return {};
+  return {static_cast<std::uint64_t>(ru.ru_minflt), static_cast<std::uint64_t>(ru.ru_majflt)};
 }
 
 }  // namespace modelmem::device

@@ -1,6 +1,6 @@
 // What makes the planned arena "never worse than nothing" as modelmem run's default: short
-// programs are planned (periods found before 1,024 requests), and a plan that would hold more
-// than the fallback alone is refused.
+// programs are planned (periods found before 1,024 requests), a plan that would hold more than
+// the fallback alone is refused, and a step it serves costs the page faults it reports.
 #include "planned_support.hpp"
 
 namespace modelmem::testing {
@@ -85,6 +85,47 @@ TEST(PlannedDefault, APlanThatSavesMemoryIsTaken) {
   EXPECT_EQ(s.plans_refused, 0u);
   EXPECT_EQ(s.hits, 2u);
   for (void* p : kept) a.deallocate(p);
+}
+
+// The page faults of the steps a plan serves whole: none where a step touches only the
+// pre-faulted arena, and each page where a step also writes memory new to the process.
+TEST(PlannedDefault, StepsServedByThePlanCountThePageFaultsTheKernelCounted) {
+  auto device = std::make_shared<MmapDevice>();
+  auto fallback = std::make_shared<MallocAllocator>();
+  PlannedOptions o = options_on(device, fallback);
+  o.prefault = true;
+  o.huge_pages = false;
+  PlannedAllocator a(o);
+  auto step = [&](bool touch_new_pages) {
+    a.begin_step();
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(a.allocate(256u << 10));
+    if (touch_new_pages) {
+      // 64 pages the process never had, written inside the step.
+      const std::size_t bytes = 64 * 4096;
+      void* fresh =
+          mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ASSERT_NE(fresh, MAP_FAILED);
+      for (std::size_t b = 0; b < bytes; b += 4096) static_cast<volatile char*>(fresh)[b] = 1;
+      munmap(fresh, bytes);
+    }
+    for (void* p : blocks) std::memset(p, 1, 4096);
+    for (void* p : blocks) a.deallocate(p);
+    a.end_step();
+  };
+  for (int i = 0; i < 3; ++i) step(false);  // warm-up, then the step that is planned
+  auto s = a.planned_stats();
+  ASSERT_EQ(s.plans_made, 1u);
+  const std::uint64_t before = s.served_steps;
+  for (int i = 0; i < 4; ++i) step(false);
+  s = a.planned_stats();
+  EXPECT_EQ(s.served_steps, before + 4);
+  EXPECT_GE(s.faultless_steps, before + 3) << "most steps served from the arena fault nowhere";
+  step(true);
+  s = a.planned_stats();
+  EXPECT_EQ(s.served_steps, before + 5);
+  EXPECT_GE(s.served_step_max, 64u) << "the 64 fresh pages written in the step were counted";
+  EXPECT_GE(s.served_step_minor + s.served_step_major, 64u);
 }
 
 }  // namespace

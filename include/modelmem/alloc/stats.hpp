@@ -111,23 +111,31 @@ struct PlannedStats {
   std::uint64_t unplanned = 0;         ///< requests outside any plan by design (no step, warm-up,
                                        ///< blocks that outlive their step)
   std::uint64_t mismatched_steps = 0;  ///< steps with at least one miss, or fewer requests
-  std::uint64_t replans = 0;           ///< plans made because of mismatching steps
-  std::uint64_t period = 0;            ///< detected period in requests (auto_steps), 0 if none
-  std::size_t arena_size = 0;          ///< bytes of the current arena
-  std::size_t arena_allocations = 0;   ///< arenas obtained from the device so far
-  bool arena_huge_pages = false;       ///< the device took the large-page hint for the arena
-  std::size_t hit_bytes = 0;           ///< bytes served from the arena (total)
-  std::size_t peak_live = 0;           ///< peak bytes live (arena and fallback, requested sizes)
-  std::uint64_t plans_refused = 0;     ///< plans not taken: arena + blocks outliving the step
-                                       ///< would hold more than the fallback alone did
-  std::uint64_t plans_deferred = 0;    ///< plans that ran past solve_time_limit at their step
-                                       ///< mark and were finished on the worker thread
-  std::uint64_t deferred_ms = 0;       ///< total time from those step marks to the step mark
-                                       ///< that took their plan
-  std::uintptr_t arena_address = 0;    ///< the current arena's first byte, 0 before a plan
-  bool huge_pages_asked = false;       ///< planned_huge_pages was on
-  PlanWait waiting = PlanWait::kNone;  ///< why no plan serves the steps (kNone: one does)
-  std::uint64_t next_try = 0;          ///< kRefused: the step at whose end it plans again
+  // Page faults the kernel counted for the process (all threads) from the start to the end of
+  // each step the plan served whole (no miss), on a device the CPU touches (host memory); 0
+  // elsewhere (device memory, the sizing layer's simulated devices).
+  std::uint64_t served_steps = 0;       ///< steps a plan served whole, faults counted
+  std::uint64_t faultless_steps = 0;    ///< of them: steps with no page fault at all
+  std::uint64_t served_step_minor = 0;  ///< minor faults in those steps, summed
+  std::uint64_t served_step_major = 0;  ///< major faults in those steps, summed
+  std::uint64_t served_step_max = 0;    ///< the most faults (minor + major) in one of them
+  std::uint64_t replans = 0;            ///< plans made because of mismatching steps
+  std::uint64_t period = 0;             ///< detected period in requests (auto_steps), 0 if none
+  std::size_t arena_size = 0;           ///< bytes of the current arena
+  std::size_t arena_allocations = 0;    ///< arenas obtained from the device so far
+  bool arena_huge_pages = false;        ///< the device took the large-page hint for the arena
+  std::size_t hit_bytes = 0;            ///< bytes served from the arena (total)
+  std::size_t peak_live = 0;            ///< peak bytes live (arena and fallback, requested sizes)
+  std::uint64_t plans_refused = 0;      ///< plans not taken: arena + blocks outliving the step
+                                        ///< would hold more than the fallback alone did
+  std::uint64_t plans_deferred = 0;     ///< plans that ran past solve_time_limit at their step
+                                        ///< mark and were finished on the worker thread
+  std::uint64_t deferred_ms = 0;        ///< total time from those step marks to the step mark
+                                        ///< that took their plan
+  std::uintptr_t arena_address = 0;     ///< the current arena's first byte, 0 before a plan
+  bool huge_pages_asked = false;        ///< planned_huge_pages was on
+  PlanWait waiting = PlanWait::kNone;   ///< why no plan serves the steps (kNone: one does)
+  std::uint64_t next_try = 0;           ///< kRefused: the step at whose end it plans again
   // The options the words of describe_no_plan() name.
   std::uint64_t warmup_steps = 0;  ///< planned_warmup_steps
   std::size_t min_size = 0;        ///< planned_min_kb, in bytes

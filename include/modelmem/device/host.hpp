@@ -37,4 +37,12 @@ std::string transparent_huge_pages_mode();
 /// AnonHugePages of the mappings it overlaps, from /proc/self/smaps; 0 when unreadable).
 std::size_t huge_page_bytes(const void* addr, std::size_t bytes);
 
+/// The page faults the kernel has counted for this process so far (getrusage(RUSAGE_SELF): all
+/// its threads, every kind of memory), minor and major; zeros when it cannot be read.
+struct PageFaults {
+  std::uint64_t minor = 0;
+  std::uint64_t major = 0;
+};
+PageFaults process_page_faults() noexcept;
+
 }  // namespace modelmem::device
