@@ -102,4 +102,16 @@ std::vector<ErfGelu> find_erf_gelus(const Graph& graph);
 /// (forward_locals.cpp): (tensor, its last step).
 std::vector<std::pair<int, std::size_t>> forward_locals(
     const Graph& graph, const std::vector<std::size_t>& step_of_node);
+
+// The lifetime rules of lifetime_rules.cpp, each pass of build_lifetimes that uses one:
+/// A tensor consumed inside a module it was not produced in is an argument of that module: its
+/// `last` step is raised to the module's last step (torch.onnx's scope names).
+void extend_to_module_ends(const Graph& graph, const std::vector<std::size_t>& step_of_node,
+                           std::vector<std::size_t>& last);
+/// Per tensor: internal to one PyTorch operator of a leaf module (never allocated).
+std::vector<bool> fused_in_leaf_modules(const Graph& graph);
+/// An activation written into the output of the BatchNormalization before it (inplace=True).
+bool after_norm(const Graph& graph, const Node& node);
+/// Per node: the product an nn.Linear's bias Add writes into, or -1.
+std::vector<int> linear_bias_adds(const Graph& graph);
 }  // namespace modelmem::model::detail
