@@ -63,8 +63,9 @@ std::vector<std::pair<int, std::size_t>> forward_locals(
     if (at != std::string::npos && at > 0) blocks.emplace(scope[v].substr(0, at), false);
   }
   for (auto& [b, mlp] : blocks) mlp = end.count(b + "/mlp") > 0;
-  for (const auto& [b, mlp] : blocks) {
-    if (!mlp) continue;
+  for (const auto& block : blocks) {
+    if (!block.second) continue;
+    const std::string& b = block.first;  // a name, not a binding: the lambda below captures it
     const std::string attn = b + "/attn", model = b.substr(0, b.rfind('/'));
     const std::size_t model_end = model.empty() ? graph_end : end[model];
     for (std::size_t v = 0; v < graph.nodes.size(); ++v) {
