@@ -53,6 +53,7 @@ struct PlanArgs {
   std::string device_kind = "cuda";
   std::string fit;
   bool fit_each = false;
+  std::int64_t fit_every_max = 4096;
 };
 
 // Through a temporary file renamed into place: a symlink at `path` is replaced, not followed.
@@ -101,6 +102,8 @@ int run_fit(const PlanArgs& args, const model::PlanOptions& options,
   request.sizing = sizing;
   request.device_memory = device;
   request.dim = args.fit;
+  if (args.fit_every_max < 0) throw InvalidInput("--fit-every-max must be >= 0");
+  request.every_max = args.fit_every_max;
   std::vector<sizing::FitResult> results;
   if (args.fit_each)
     results = sizing::fit_each(request);
@@ -238,6 +241,10 @@ void setup_plan(CLI::App& app, int& exit_code) {
                   "The largest value of this dim (batch, seq, ...) whose need fits "
                   "--device-memory, for every model together; the need there and one above");
   cmd->add_flag("--fit-each", args->fit_each, "With --fit: each model's largest value alone");
+  cmd->add_option("--fit-every-max", args->fit_every_max,
+                  "With --fit: plan each value from 1 up to the one found, at most this many, "
+                  "for the answer that every value up to it fits (0: the single value only)")
+      ->capture_default_str();
   cmd->add_option("--json", args->json,
                   "Write the plan as JSON (the runtime's plan: key reads it)");
   cmd->add_option("--html", args->html, "Write a self-contained HTML picture of the plan");

@@ -162,6 +162,17 @@ void bind_device(py::module_& m) {
       .def_readonly("refused_below", &FitResult::refused_below,
                     "the smallest value below value planned that does not fit (so not every "
                     "value up to value fits); 0 when none was met, which proves nothing either")
+      .def_readonly("every_value", &FitResult::every_value,
+                    "the largest E such that every value from 1 to E was planned and fits (what "
+                    "a server that batches dynamically takes); 0 when not searched")
+      .def_readonly("every_complete", &FitResult::every_complete,
+                    "True when every value from 1 to value fits (every_value == value)")
+      .def_readonly("every_refused", &FitResult::every_refused,
+                    "the first value above every_value that does not fit; 0 when none")
+      .def_readonly("every_probes", &FitResult::every_probes,
+                    "plans the every-value scan made beyond the search's")
+      .def_readonly("every_peak_value", &FitResult::every_peak_value,
+                    "among 1..every_value, the value whose need is the largest")
       .def_readonly("seconds", &FitResult::seconds)
       .def_property_readonly("device", &device_or_none,
                              "the DevicePlan at value (its quotas and configuration strings); "

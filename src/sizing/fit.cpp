@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <map>
 #include <optional>
 
 #include "modelmem/core/bytes.hpp"
@@ -54,6 +55,37 @@ void check(const FitRequest& r) {
   validate(r.sizing, r.device_memory);
 }
 
+// The every-value answer: each value from 1 up, the search's plans reused, to the first value
+// that does not fit, the single value found, or every_max.
+void every_value(const FitRequest& r, const std::map<std::int64_t, Probe>& planned,
+                 FitResult& out) {
+  if (r.every_max <= 0 || out.value <= 0) return;
+  const std::int64_t top = std::min(out.value, r.every_max);
+  std::size_t peak_total = 0;
+  for (std::int64_t v = 1; v <= top; ++v) {
+    Probe fresh;
+    const Probe* p = nullptr;
+    if (auto it = planned.find(v); it != planned.end()) {
+      p = &it->second;
+    } else {
+      fresh = probe(r, v);
+      ++out.every_probes;
+      p = &fresh;
+    }
+    if (!p->fits) {
+      out.every_refused = v;
+      break;
+    }
+    out.every_value = v;
+    if (p->total >= peak_total) {
+      peak_total = p->total;
+      out.every_peak_value = v;
+      out.every_plan = p->plan;
+    }
+  }
+  out.every_complete = out.every_value == out.value;
+}
+
 }  // namespace
 
 FitResult fit(const FitRequest& r) {
@@ -62,7 +94,13 @@ FitResult fit(const FitRequest& r) {
   FitResult out;
   out.dim = r.dim;
   if (r.models.size() == 1) out.model = r.models.front();
-  Probe lo_probe = probe(r, 1);
+  std::map<std::int64_t, Probe> planned;  // every value the search planned
+  auto probe_at = [&](std::int64_t v) {
+    Probe p = probe(r, v);
+    planned[v] = p;
+    return p;
+  };
+  Probe lo_probe = probe_at(1);
   out.probes = 1;
   auto finish = [&](const Probe& at, const Probe* next) {
     out.need_bytes = at.fits ? at.total : 0;
@@ -87,7 +125,7 @@ FitResult fit(const FitRequest& r) {
       smallest_refused = v;
   };
   auto step = [&](std::int64_t v) {
-    Probe p = probe(r, v);
+    Probe p = probe_at(v);
     ++out.probes;
     refused(p, v);
     if (p.fits) {
@@ -102,6 +140,7 @@ FitResult fit(const FitRequest& r) {
     if (lo >= r.max_value) {
       out.value = lo;
       out.limit = fmt::format("search: stopped at {}={}", r.dim, r.max_value);
+      every_value(r, planned, out);
       return finish(lo_probe, nullptr);
     }
     step(std::min(lo * 2, r.max_value));
@@ -122,7 +161,7 @@ FitResult fit(const FitRequest& r) {
       const std::int64_t v = hi + (ceiling - hi) * k / (kAbove + 1);
       if (v <= hi || v >= ceiling || (!out.checked_above.empty() && v == out.checked_above.back()))
         continue;
-      Probe p = probe(r, v);
+      Probe p = probe_at(v);
       ++out.probes;
       if (p.limit) continue;  // refused by the model: not a memory figure
       refused(p, v);
@@ -140,7 +179,7 @@ FitResult fit(const FitRequest& r) {
     hi = ceiling;
     for (std::int64_t v : out.checked_above)
       if (v > lo) hi = std::min(hi, v);
-    hi_probe = probe(r, hi);
+    hi_probe = probe_at(hi);
     ++out.probes;
   }
   // Listed: the values above the next one (which has its own line), in increasing order.
@@ -148,6 +187,7 @@ FitResult fit(const FitRequest& r) {
   std::sort(out.checked_above.begin(), out.checked_above.end());
   out.value = lo;
   if (smallest_refused > 0 && smallest_refused < lo) out.refused_below = smallest_refused;
+  every_value(r, planned, out);
   return finish(lo_probe, &hi_probe);
 }
 
@@ -198,22 +238,53 @@ std::string render_text(const FitResult& f) {
   }
   if (!f.not_monotone.empty())
     line(fmt::format("monotone       no: {}; the search went on above", f.not_monotone));
-  if (f.found() && f.refused_below > 0)
+  if (f.found() && f.every_value > 0) {
+    const std::string peak =
+        f.every_peak_value == f.value
+            ? ""
+            : fmt::format("; the most any of them needs: {} at {}={}",
+                          model::bytes_text(f.every_plan.total), f.dim, f.every_peak_value);
+    if (f.every_complete)
+      line(fmt::format("answer         {}={}: every {} from 1 to {} fits (each planned){}", f.dim,
+                       f.every_value, f.dim, f.every_value, peak));
+    else if (f.every_refused > 0)
+      line(
+          fmt::format("answer         {}={}: every {} from 1 to {} fits (each planned); {}={} "
+                      "does not, so {}={} above holds for that one {} only{}",
+                      f.dim, f.every_value, f.dim, f.every_value, f.dim, f.every_refused, f.dim,
+                      f.value, f.dim, peak));
+    else
+      line(
+          fmt::format("answer         {}={}: every {} from 1 to {} fits (each planned); {}..{} "
+                      "were not each planned (the scan's limit), {}={} fits alone{}",
+                      f.dim, f.every_value, f.dim, f.every_value, f.every_value + 1, f.value - 1,
+                      f.dim, f.value, peak));
+  } else if (f.found() && f.refused_below > 0) {
     line(
         fmt::format("answer         for one {} only: {}={} does not fit, so not every {} up to {} "
                     "does",
                     f.dim, f.dim, f.refused_below, f.dim, f.value));
-  else if (f.found() && f.value > 1)
+  } else if (f.found() && f.value > 1) {
     line(fmt::format("answer         for one {}: {}=1..{} were not each planned", f.dim, f.dim,
                      f.value - 1));
+  }
   line(fmt::format("limit          {}", f.limit));
-  line(fmt::format("probes         {} plans in {:.2f} s", f.probes, f.seconds));
+  line(fmt::format("probes         {} plans in {:.2f} s{}", f.probes + f.every_probes, f.seconds,
+                   f.every_probes
+                       ? fmt::format(" ({} of them for the every-{} answer)", f.every_probes, f.dim)
+                       : ""));
   if (f.found()) {
     const model::DevicePlan& dp = f.at_value.plan;
     for (std::size_t i = 0; i < dp.models.size(); ++i)
       line(fmt::format("config         {}: {}", dp.models[i].pool, dp.config_string(i)));
     line(fmt::format("config         one process{}: {}",
                      dp.models.size() > 1 ? ", every model" : "", dp.config_string_all()));
+  }
+  if (f.found() && f.every_value > 0 && f.every_peak_value != f.value) {
+    // The quotas that serve every value up to every_value: those of the one that needs most.
+    const model::DevicePlan& dp = f.every_plan.plan;
+    line(fmt::format("config         every {} up to {}, one process: {}", f.dim, f.every_value,
+                     dp.config_string_all()));
   }
   return out;
 }
@@ -228,6 +299,11 @@ nlohmann::json fit_json(const FitResult& f) {
                       {"checked_above", f.checked_above},
                       {"not_monotone", f.not_monotone},
                       {"refused_below", f.refused_below},
+                      {"every_value", f.every_value},
+                      {"every_complete", f.every_complete},
+                      {"every_refused", f.every_refused},
+                      {"every_probes", f.every_probes},
+                      {"every_peak_value", f.every_peak_value},
                       {"seconds", f.seconds}};
   if (!f.model.empty()) j["model"] = f.model;
   return j;

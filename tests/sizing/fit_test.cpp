@@ -22,6 +22,7 @@ FitRequest request(const std::string& file, const std::string& dim, std::size_t 
   r.sizing.backend = Backend::kHost;
   r.device_memory = device;
   r.dim = dim;
+  r.every_max = 0;  // the single-value search; Fit.EveryValueUpTo... walks the every-value scan
   return r;
 }
 
@@ -90,6 +91,57 @@ TEST(Fit, TheSearchGoesPastANeedThatIsNotMonotone) {
       << text;
   EXPECT_EQ(fit_json(f)["refused_below"], f.refused_below);
   EXPECT_EQ(fit_json(f)["checked_above"].size(), f.checked_above.size());
+}
+
+// What a server that batches dynamically needs: the largest E such that every batch up to E
+// fits. ResNet-50 on 3 GiB fits batch 205 alone, but a batch below it does not: the every-value
+// answer is below the single one, the value just above it does not fit, the values up to it do
+// (every tenth planned again here), and the quotas printed for them are those of the batch that
+// needs the most, which hold every need up to E.
+TEST(Fit, EveryValueUpToTheAnswerFitsAndTheOneAboveDoesNot) {
+  FitRequest r = request("resnet50.onnx", "batch", std::size_t{3} << 30);
+  r.every_max = 4096;
+  FitResult f = fit(r);
+  ASSERT_TRUE(f.found());
+  ASSERT_GT(f.every_value, 0);
+  EXPECT_LT(f.every_value, f.value);
+  EXPECT_FALSE(f.every_complete);
+  EXPECT_EQ(f.every_refused, f.every_value + 1);
+  EXPECT_FALSE(plan_at(r, f.every_refused).fits());
+  EXPECT_TRUE(plan_at(r, f.every_value).fits());
+  EXPECT_GT(f.every_probes, 0u);
+  const DeviceNeed peak = plan_at(r, f.every_peak_value);
+  EXPECT_EQ(peak.total, f.every_plan.total);
+  for (std::int64_t v = 1; v <= f.every_value; v += 10) {
+    const DeviceNeed at = plan_at(r, v);
+    EXPECT_TRUE(at.fits()) << v;
+    EXPECT_LE(at.total, f.every_plan.total) << v;
+    EXPECT_LE(at.plan.models[0].quota, f.every_plan.plan.models[0].quota) << v;
+  }
+  const std::string text = render_text(f);
+  EXPECT_NE(text.find(fmt::format("answer         batch={}: every batch from 1 to {} fits (each "
+                                  "planned); batch={} does not, so batch={} above holds for that "
+                                  "one batch only",
+                                  f.every_value, f.every_value, f.every_refused, f.value)),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(fit_json(f)["every_value"], f.every_value);
+  EXPECT_EQ(fit_json(f)["every_complete"], false);
+  // Where nothing below the value is refused, the answer is the value itself.
+  FitRequest small = request("resnet50.onnx", "batch", std::size_t{1} << 30);
+  small.every_max = 4096;
+  FitResult g = fit(small);
+  EXPECT_TRUE(g.every_complete);
+  EXPECT_EQ(g.every_value, g.value);
+  EXPECT_NE(render_text(g).find(fmt::format("answer         batch={}: every batch from 1 to {} "
+                                            "fits (each planned)",
+                                            g.value, g.value)),
+            std::string::npos);
+  // A scan cut by every_max says what it did not plan.
+  small.every_max = 10;
+  FitResult h = fit(small);
+  EXPECT_EQ(h.every_value, 10);
+  EXPECT_NE(render_text(h).find("were not each planned (the scan's limit)"), std::string::npos);
 }
 
 TEST(Fit, APositionTableBoundsTheSequence) {

@@ -226,6 +226,15 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
   EXPECT_EQ(j["total_bytes"], f["need_bytes"]);
   EXPECT_NE(r.out.find("fit            batch=" + std::to_string(value) + ":"), std::string::npos)
       << r.out;
+  // The answer for every batch up to one: each batch from 1 planned (--fit-every-max, 4096).
+  const long every = f["every_value"].get<long>();
+  EXPECT_GE(every, 1);
+  EXPECT_LE(every, value);
+  EXPECT_EQ(f["every_complete"].get<bool>(), every == value);
+  EXPECT_NE(r.out.find("answer         batch=" + std::to_string(every) +
+                       ": every batch from 1 to " + std::to_string(every) + " fits (each planned)"),
+            std::string::npos)
+      << r.out;
   // The value printed plans to a fit and the next one does not, each on its own.
   CliRun at = tool("plan " + model("resnet50.onnx") + " --dim batch=" + std::to_string(value) +
                    " --device-memory 2GiB --runtime eager --solver greedy-size");
@@ -237,16 +246,16 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
 
   // A sequence stops at the position table; each model alone with --fit-each.
   r = tool("plan " + model("bert_base.onnx") + " --fit seq --dim batch=1 --device-memory 64GiB " +
-           "--solver greedy-size");
+           "--solver greedy-size --fit-every-max 0");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("fit            seq=512:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("limit          model: table 'embeddings.position.weight' has 512 rows"),
             std::string::npos)
       << r.out;
-  r = tool(
-      "plan " + model("resnet50.onnx") + " " + model("bert_base.onnx") +
-      " --fit batch --fit-each --dim seq=128 --device-memory 4GiB --solver greedy-size --json " +
-      json.string());
+  r = tool("plan " + model("resnet50.onnx") + " " + model("bert_base.onnx") +
+           " --fit batch --fit-each --dim seq=128 --device-memory 4GiB --solver greedy-size "
+           "--fit-every-max 0 --json " +
+           json.string());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::ifstream in2(json);
   auto each = nlohmann::json::parse(in2)["fit_each"];
@@ -288,6 +297,8 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   expect_rejected("plan " + tiny + " --overhead 5%", "needs --device-memory");
   expect_rejected("plan " + model("tiny.onnx") + " --fit n", "--fit needs --device-memory");
   expect_rejected("plan " + tiny + " --fit n --device-memory 1GiB", "--fit n and --dim n");
+  expect_rejected("plan " + model("tiny.onnx") + " --fit n --device-memory 1GiB --fit-every-max -1",
+                  "--fit-every-max must be >= 0");
   expect_rejected("plan " + model("bert_base.onnx") + " --dim batch=1 --dim seq=4096",
                   "table 'embeddings.position.weight'");
   // `config` builds the stack before it prints: a rejected string prints nothing but its error.

@@ -24,6 +24,10 @@ struct FitRequest {
   std::size_t device_memory = 0;
   std::string dim;
   std::int64_t max_value = std::int64_t{1} << 24;  ///< the search stops here
+  /// The every-value answer plans each value from 1 up to the single value found (stopping at
+  /// the first that does not fit), at most this many: a server that batches dynamically runs
+  /// every batch up to its largest. 0: not searched (the single value alone, labelled so).
+  std::int64_t every_max = 4096;
 };
 
 struct FitResult {
@@ -47,6 +51,19 @@ struct FitResult {
   /// it fits (what a server that batches dynamically needs). 0 does not prove the opposite: the
   /// values below `value` are not each planned.
   std::int64_t refused_below = 0;
+  /// The largest E such that every value 1..E was planned and fits (each planned, in order,
+  /// up to the first that does not fit or every_max); 0 when not searched or 1 does not fit.
+  std::int64_t every_value = 0;
+  /// Whether every value from 1 to `value` fits (every_value == value, all planned).
+  bool every_complete = false;
+  /// The first value above every_value planned that does not fit; 0 when none (every_value is
+  /// `value`, or every_max stopped the scan).
+  std::int64_t every_refused = 0;
+  std::size_t every_probes = 0;  ///< plans the every-value scan made beyond the search's
+  /// Among 1..every_value, the value whose need is the largest, and its device plan: the
+  /// quotas a server running every batch up to every_value needs.
+  std::int64_t every_peak_value = 0;
+  DeviceNeed every_plan;
   /// The device plan at `value` (quotas and configuration strings); empty plans when value is 0.
   DeviceNeed at_value;
   bool found() const { return value > 0; }
