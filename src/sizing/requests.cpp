@@ -447,11 +447,18 @@ std::string emit_ray(const Placement& pl, const EmitOptions& o) {
                                        {"ray_actor_options", options}}})}});
     notes += comment(pl, i, c);
   }
+  // Serve's own defaults, written out: where `serve deploy` starts the HTTP proxy (one per node,
+  // on every interface, port 8000) is then in the file the user deploys, to edit there.
+  Json config = {{"proxy_location", "EveryNode"},
+                 {"http_options", {{"host", "0.0.0.0"}, {"port", 8000}}},
+                 {"applications", applications}};
   return "# Ray Serve config (serve deploy / serve run): one application per replica, pinned to "
          "the\n"
          "# device it was placed on by a custom resource counting that device's memory in MiB;\n"
+         "# Serve's HTTP proxy on every node at 0.0.0.0:8000 (http_options, read when Serve "
+         "starts);\n"
          "# start each node with its devices' resources:\n" +
-         ray_start_lines(pl) + notes + yaml(Json{{"applications", applications}});
+         ray_start_lines(pl) + notes + yaml(config);
 }
 
 }  // namespace

@@ -328,6 +328,11 @@ TEST(Requests, RayPinsEachReplicaToItsDevicesMiB) {
   EXPECT_NE(y.find("# ray-start node-1: ray start --address=HEAD:6379 --resources="),
             std::string::npos);
   EXPECT_NE(y.find("import_path: \"serve_mod:build\""), std::string::npos);
+  // Serve's proxy options, written out for the user to edit before `serve deploy`.
+  EXPECT_NE(y.find("proxy_location: \"EveryNode\"\nhttp_options:\n  host: \"0.0.0.0\"\n  port: "
+                   "8000\napplications:\n"),
+            std::string::npos)
+      << y;
   for (std::size_t i = 0; i < pl.replicas.size(); ++i) {
     const Device& d = pl.devices[static_cast<std::size_t>(pl.replicas[i].device)];
     const std::string pinned =
