@@ -2,7 +2,8 @@
 --ray-app fleet_ray_app:build`): one deployment named after the model, whose replica installs
 modelmem as PyTorch's CPU allocator under the MODELMEM_ALLOC_CONF its application carries (the
 pool string `place` gave it) and answers a request with one inference of torchvision's resnet50
-(random weights) and what its pool served, or the pool's refusal of a larger batch."""
+(random weights) and what its pool served, or the pool's refusal of a larger batch; called
+through a handle with the batch, or over HTTP at the application's route (`?batch=N`)."""
 import os
 
 from ray import serve
@@ -28,6 +29,8 @@ class Replica:
         import ray
         import torch
 
+        if hasattr(batch, "query_params"):  # a request through Serve's HTTP proxy: ?batch=N
+            batch = int(batch.query_params.get("batch", 1))
         try:
             with torch.inference_mode():
                 out = self.net(torch.randn(batch, 3, 224, 224))

@@ -1,22 +1,38 @@
-"""`modelmem place --emit ray` on a real Ray cluster (127.0.0.1 only): a local head declares the
-devices of a `place` run by the emitted `ray start` resources (a custom resource per device, in
-MiB), Serve deploys the emitted config, Ray's scheduler puts every replica on the device `place`
-chose (read from Ray's state API), each replica serves one PyTorch inference on the CPU with
-modelmem as its allocator under the pool string `place` gave it, and one replica more than
-`place` says fits stays pending, on the device and by the shortfall `place` named. The cluster
-is stopped at the end, whatever happened, within the test's alarm."""
+"""`modelmem place --emit ray` on a real Ray cluster (127.0.0.1 only), walked as a user walks it
+with Ray's public commands: the emitted config is written to a file, the emitted `# ray-start`
+line is run as `place` printed it (plus only what a loopback test needs: the node's address,
+free ports, a short temp dir, the CPUs) to start a local head declaring the devices (a custom
+resource per device, in MiB), `serve deploy FILE --address DASHBOARD` deploys the config, and a
+driver connected by `ray.init(address=...)` reads Ray's state API and Serve's public API. Ray's
+scheduler puts every replica on the device `place` chose, each replica serves one PyTorch
+inference on the CPU with modelmem as its allocator under the pool string `place` gave it (one
+of them through Serve's HTTP proxy too), and one replica more than `place` says fits stays
+pending, on the device and by the shortfall `place` named. `ray stop --force` ends the cluster
+whatever happened, within the test's alarm, and no process of it is left."""
 import json
 import os
 import re
+import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 
 import pytest
 import yaml
+
+# Ray 2.60 turns token authentication on for `ray start` when a token exists (~/.ray/auth_token,
+# made by an earlier `ray.init()`), and `serve deploy` sends one only in token mode: the test's
+# cluster, its commands and its driver use a token of their own, set before ray is imported,
+# whatever this machine's home holds.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 
 ray = pytest.importorskip("ray", reason="ray is not in the interpreter (scripts/setup --runtimes)")
 pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
@@ -25,12 +41,13 @@ pytest.importorskip("torchvision", reason="torchvision is not installed")
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("MODELMEM_BINARY_DIR") or os.path.join(SOURCE, "build")
 CLI = os.path.join(BUILD, "modelmem")
+BIN = os.path.dirname(sys.executable)  # the interpreter's `ray` and `serve` commands
 MODEL = os.path.join(SOURCE, "models", "resnet50.onnx")
 # resnet50, eager, batch 1 on two cpu budgets of 256 MiB, replicas allowed to share a device:
 # one replica fits a device (its need is 164 MiB), two do not.
 PLACE = [MODEL, "--dim", "batch=1", "--runtime", "eager", "--no-spread",
          "--devices", "2x256MiB:cpu"]
-DEADLINE_S = 180
+DEADLINE_S = 200
 
 
 def place(*args, code=0):
@@ -39,10 +56,15 @@ def place(*args, code=0):
     return r.stdout
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Deadline(Exception):
@@ -61,6 +83,46 @@ def wait_for(what, predicate, timeout):
             return value
         time.sleep(0.5)
     raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def run(argv, env, timeout):
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{shlex.join(argv)}: exit {r.returncode}\n{r.stdout}{r.stderr}"
+    return r.stdout
+
+
+def ray_start(text, temp, env):
+    """The emitted `ray start` line, executed: parsed as a shell would, its words kept, the loopback
+    options a test on a shared machine needs appended (free ports instead of Ray's fixed ones)."""
+    lines = re.findall(r"^# ray-start \(this node\): (.*)$", text, re.M)
+    assert len(lines) == 1, text
+    argv = shlex.split(lines[0])
+    assert argv[:3] == ["ray", "start", "--head"], argv
+    gcs, dashboard, agent, client, metrics = free_ports(5)
+    argv = [os.path.join(BIN, "ray")] + argv[1:] + [
+        "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+        f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
+        f"--metrics-export-port={metrics}", f"--temp-dir={temp}", "--num-cpus=4",
+        "--num-gpus=0", "--disable-usage-stats"]
+    print(f"\n$ ray {shlex.join(argv[1:])}")
+    run(argv, env, 90)
+    return f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}"
+
+
+def cluster_processes(temp, name=""):
+    """This cluster's processes (its raylet, GCS, dashboard, workers...): each names its session
+    directory, under the test's temp dir, on its command line."""
+    r = subprocess.run(["pgrep", "-f", f"{name}.*{temp}" if name else temp], capture_output=True,
+                       text=True)
+    return [int(p) for p in r.stdout.split()]
+
+
+def wait_for_none(temp, timeout=20):
+    end = time.monotonic() + timeout
+    while cluster_processes(temp) and time.monotonic() < end:
+        time.sleep(0.5)
+    return cluster_processes(temp)
 
 
 def test_ray_schedules_every_replica_where_place_put_it():
@@ -98,6 +160,11 @@ def test_ray_schedules_every_replica_where_place_put_it():
         assert options["runtime_env"]["env_vars"]["MKL_DISABLE_FAST_MM"] == "1", options
     assert set(confs.values()) == {
         f"strategy:caching,pools:[resnet50:{need_mib}],default_pool:resnet50"}
+    # Serve's HTTP proxy where the config says, on every node; here on loopback, at a free port.
+    assert config["proxy_location"] == "EveryNode", config
+    assert config["http_options"] == {"host": "0.0.0.0", "port": 8000}, config
+    (http_port,) = free_ports(1)
+    config["http_options"] = {"host": "127.0.0.1", "port": http_port}
 
     # The replica place could not fit, asked of Ray as place would have: on the device it named.
     spare = json.loads(json.dumps(config["applications"][0]))
@@ -108,37 +175,37 @@ def test_ray_schedules_every_replica_where_place_put_it():
     grown = dict(config, applications=config["applications"] + [spare])
 
     from ray import serve
-    from ray.serve._private import api as serve_api
-    from ray.serve.config import ProxyLocation
-    from ray.serve.schema import ServeDeploySchema
     from ray.util.state import list_actors
 
-    # Serve's own schema of a config file: the emitted one, and it grown by the spare replica.
-    schema = ServeDeploySchema.model_validate(config)
-    grown_schema = ServeDeploySchema.model_validate(grown)
-
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(__file__), os.path.join(BUILD, "python")])
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # unix sockets: keep the path short
+    files = {}
+    for name, conf in (("placed", config), ("grown", grown)):
+        files[name] = os.path.join(temp, f"{name}.yaml")
+        with open(files[name], "w") as f:
+            yaml.safe_dump(conf, f, sort_keys=False)
+    # The cluster's processes (the controller, the replicas) import the application builder and
+    # modelmem from here; Ray's telemetry off.
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(__file__), os.path.join(BUILD, "python")]))
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(DEADLINE_S)
     started = time.monotonic()
     passed = False
     try:
-        ray.init(_node_ip_address="127.0.0.1", num_cpus=4, num_gpus=0, resources=resources,
-                 include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port(),
-                 _temp_dir=temp, log_to_driver=False)
-        client = serve_api.serve_start(http_options={"host": "127.0.0.1", "port": free_port()},
-                                       proxy_location=ProxyLocation.Disabled)
-        client.deploy_apps(schema, _blocking=False)
+        address, dashboard = ray_start(text, os.path.join(temp, "r"), env)
+        serve_deploy = [os.path.join(BIN, "serve"), "deploy", "--address", dashboard]
+        run(serve_deploy + [files["placed"]], env, 60)
+        print(f"$ serve deploy --address {dashboard} placed.yaml")
+        ray.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
+        assert cluster_processes(temp, "raylet"), "the cluster's raylet is not found by its dir"
 
         def running():
             apps = serve.status().applications
             return all(apps.get(n) is not None and apps[n].status == "RUNNING" for n in planned)
         wait_for("the placed replicas running", running, 150)
         # Then the replica more: the same config with it added (the placed ones are unchanged).
-        client.deploy_apps(grown_schema, _blocking=False)
+        run(serve_deploy + [files["grown"]], env, 60)
+        print(f"$ serve deploy --address {dashboard} grown.yaml  # {extra} added")
 
         answers = {}
         for name in planned:
@@ -147,6 +214,11 @@ def test_ray_schedules_every_replica_where_place_put_it():
         over = serve.get_app_handle("resnet50-0").remote(8).result(timeout_s=60)
         assert "refused" in over and over["ooms"] >= 1, over
         print(f"resnet50-0 at batch 8: refused inside its pool: {over['refused'][:160]}")
+        # And one request through Serve's HTTP proxy, at the route the config gave the replica.
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/resnet50-1", timeout=60) as r:
+            http = json.load(r)
+        assert http["replica"] == "resnet50-1" and http["shape"] == [1, 1000], http
+        assert http["actor_id"] == answers["resnet50-1"]["actor_id"], http
 
         def replica_actors():
             actors = [a for a in list_actors(detail=True, limit=1000)
@@ -155,7 +227,7 @@ def test_ray_schedules_every_replica_where_place_put_it():
         actors = wait_for("three replica actors", replica_actors, 30)
         by_app = {a.class_name.split(":")[1]: a for a in actors}
         available = ray.available_resources()
-        print(f"\nRay cluster {resources}; available after the deploy: "
+        print(f"Ray cluster {resources}; available after the deploy: "
               f"{ {k: v for k, v in available.items() if k.startswith('modelmem')} }")
         for name, (resource, mib) in planned.items():
             actor = by_app[name]
@@ -172,6 +244,8 @@ def test_ray_schedules_every_replica_where_place_put_it():
                   f"{resource}={mib}; pool {a['conf']}; peak reserved "
                   f"{a['peak_reserved'] / 2**20:.1f} MiB, allocated "
                   f"{a['peak_allocated'] / 2**20:.1f} MiB, 0 refused; output {a['shape']}")
+        print(f"resnet50-1 over HTTP (GET /resnet50-1 on 127.0.0.1:{http_port}): same actor, "
+              f"output {http['shape']}")
         # The replica place said does not fit stays pending, short by place's figure.
         pending = by_app[extra]
         assert pending.state == "PENDING_CREATION", pending
@@ -185,10 +259,18 @@ def test_ray_schedules_every_replica_where_place_put_it():
     finally:
         signal.alarm(0)
         try:
-            serve.shutdown()
-        finally:
             ray.shutdown()
+        finally:
+            # Every Ray process on this machine (Ray's own stop), bounded; none of ours may stay.
+            stop = subprocess.run([os.path.join(BIN, "ray"), "stop", "--force"], env=env,
+                                  capture_output=True, text=True, timeout=60)
+            left_over = wait_for_none(temp) + cluster_processes(temp, "raylet")
             if passed:
                 shutil.rmtree(temp, ignore_errors=True)
             else:
                 print(f"Ray's logs: {temp}")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert not left_over, f"Ray processes left after `ray stop --force`: {left_over}"
+        said = (stop.stdout + stop.stderr).strip().splitlines()
+        print(f"$ ray stop --force  # {said[-1] if said else ''}; no process of the cluster left")
+
