@@ -99,14 +99,14 @@ def ray_start(text, temp, env):
     argv = shlex.split(lines[0])
     assert argv[:3] == ["ray", "start", "--head"], argv
     gcs, dashboard, agent, client, metrics = free_ports(5)
-    argv = [os.path.join(BIN, "ray")] + argv[1:] + [
+    loopback = [
         "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
         f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
         f"--metrics-export-port={metrics}", f"--temp-dir={temp}", "--num-cpus=4",
         "--num-gpus=0", "--disable-usage-stats"]
-    print(f"\n$ ray {shlex.join(argv[1:])}")
-    run(argv, env, 90)
+    print(f"\n$ {lines[0]} {shlex.join(loopback)}")
+    run([os.path.join(BIN, "ray")] + argv[1:] + loopback, env, 90)
     return f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}"
 
 
@@ -118,11 +118,35 @@ def cluster_processes(temp, name=""):
     return [int(p) for p in r.stdout.split()]
 
 
-def wait_for_none(temp, timeout=20):
+def cluster_tree(temp):
+    """The cluster's processes and their children: Ray's workers (the Serve controller, proxy and
+    replicas) rename themselves `ray::...` and name no directory, but the raylet started them."""
+    pids = set(cluster_processes(temp))
+    if pids:
+        r = subprocess.run(["pgrep", "-P", ",".join(map(str, pids))], capture_output=True,
+                           text=True)
+        pids |= {int(p) for p in r.stdout.split()}
+    return pids
+
+
+def alive(pids):
+    left = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:  # a zombie has stopped: only its entry is left
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return left
+
+
+def wait_for_none(pids, timeout=20):
     end = time.monotonic() + timeout
-    while cluster_processes(temp) and time.monotonic() < end:
+    while alive(pids) and time.monotonic() < end:
         time.sleep(0.5)
-    return cluster_processes(temp)
+    return alive(pids)
 
 
 def test_ray_schedules_every_replica_where_place_put_it():
@@ -195,9 +219,9 @@ def test_ray_schedules_every_replica_where_place_put_it():
         address, dashboard = ray_start(text, os.path.join(temp, "r"), env)
         serve_deploy = [os.path.join(BIN, "serve"), "deploy", "--address", dashboard]
         run(serve_deploy + [files["placed"]], env, 60)
-        print(f"$ serve deploy --address {dashboard} placed.yaml")
         ray.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
         assert cluster_processes(temp, "raylet"), "the cluster's raylet is not found by its dir"
+        print(f"$ serve deploy --address {dashboard} placed.yaml")
 
         def running():
             apps = serve.status().applications
@@ -210,6 +234,8 @@ def test_ray_schedules_every_replica_where_place_put_it():
         answers = {}
         for name in planned:
             answers[name] = serve.get_app_handle(name).remote().result(timeout_s=60)
+        # The replicas' processes are the cluster's: the stop below must end them too.
+        assert {a["pid"] for a in answers.values()} <= cluster_tree(temp), answers
         # Eight times the batch place sized for is refused inside the replica's pool.
         over = serve.get_app_handle("resnet50-0").remote(8).result(timeout_s=60)
         assert "refused" in over and over["ooms"] >= 1, over
@@ -262,15 +288,17 @@ def test_ray_schedules_every_replica_where_place_put_it():
             ray.shutdown()
         finally:
             # Every Ray process on this machine (Ray's own stop), bounded; none of ours may stay.
+            ours = cluster_tree(temp)
             stop = subprocess.run([os.path.join(BIN, "ray"), "stop", "--force"], env=env,
                                   capture_output=True, text=True, timeout=60)
-            left_over = wait_for_none(temp) + cluster_processes(temp, "raylet")
+            left_over = wait_for_none(ours | set(cluster_processes(temp)))
             if passed:
                 shutil.rmtree(temp, ignore_errors=True)
             else:
                 print(f"Ray's logs: {temp}")
         assert stop.returncode == 0, stop.stdout + stop.stderr
         assert not left_over, f"Ray processes left after `ray stop --force`: {left_over}"
-        said = (stop.stdout + stop.stderr).strip().splitlines()
-        print(f"$ ray stop --force  # {said[-1] if said else ''}; no process of the cluster left")
+        said = re.findall(r"Stopped all [0-9]+ Ray processes", stop.stdout + stop.stderr)
+        print(f"$ ray stop --force  # {''.join(said)}; none of the cluster's {len(ours)} processes "
+              f"(replicas included) left")
 
