@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "builder.hpp"
+#include "support/bundled_models.hpp"
 
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/graph.hpp"
@@ -19,14 +20,7 @@
 namespace modelmem::model {
 namespace {
 
-const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-
-PlanOptions tiny_options() {
-  PlanOptions o;
-  o.dims = {{"n", 1}};
-  o.time_limit = 0.5;
-  return o;
-}
+using modelmem::testing::kModels, modelmem::testing::tiny_options;
 
 TEST(PlanModel, TinyIdealAndEagerByHand) {
   // tiny.onnx at n=1: X 256 B, A..E 512 B, F and Y 256 B. Static: Relu writes into A, Add into

@@ -10,18 +10,12 @@
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/strings.hpp"
 #include "modelmem/model/plan_model.hpp"
+#include "support/bundled_models.hpp"
 
 namespace modelmem::model {
 namespace {
 
-const std::string kModels = std::string(MODELMEM_SOURCE_DIR) + "/models/";
-
-PlanOptions tiny_options() {
-  PlanOptions o;
-  o.dims = {{"n", 1}};
-  o.time_limit = 0.5;
-  return o;
-}
+using modelmem::testing::kModels, modelmem::testing::tiny_options;
 
 TEST(PlanDevice, NeedsAddUpAndStringsFollowTheFormat) {
   PlanOptions o = tiny_options();
