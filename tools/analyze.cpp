@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/trace/analysis.hpp"
 #include "modelmem/trace/snapshot.hpp"
@@ -44,7 +45,7 @@ void setup_analyze(CLI::App& app, int& exit_code) {
                   "replays simulate that device (default: not limited)");
   cmd->callback([args, &exit_code] {
     if (!args->device_memory.empty())
-      args->options.device_capacity = model::parse_size(args->device_memory, "--device-memory");
+      args->options.device_capacity = parse_size(args->device_memory, "--device-memory");
     trace::Trace t = trace::read_traces(
         std::vector<std::filesystem::path>(args->traces.begin(), args->traces.end()), args->read);
     trace::Analysis a = trace::analyze(t, args->options);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/files.hpp"
 #include "modelmem/model/plan_model.hpp"
@@ -134,7 +135,7 @@ int run_plan(const PlanArgs& args) {
   sizing.overhead = args.overhead;
   sizing.backend = sizing::parse_backend(args.device_kind);
   const std::size_t device =
-      args.device_memory.empty() ? 0 : model::parse_size(args.device_memory, "--device-memory");
+      args.device_memory.empty() ? 0 : parse_size(args.device_memory, "--device-memory");
   sizing::validate(sizing, device);
   if (!args.json.empty())
     core::check_output_file(args.json, core::OutputWrite::kReplacing, "--json");

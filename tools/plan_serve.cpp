@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/model/plan_model.hpp"
@@ -25,7 +26,7 @@ namespace {
 // A size ("64GiB") or a live device ("cuda:0", "npu:0") whose total memory the driver reports.
 std::size_t device_memory(const std::string& text) {
   static const std::regex live(R"((cuda|npu):\d+)");
-  if (!std::regex_match(text, live)) return model::parse_size(text, "--device-memory");
+  if (!std::regex_match(text, live)) return parse_size(text, "--device-memory");
 #ifdef MODELMEM_HAVE_CUDA
   monitor::register_cuda_memory_query();
 #endif

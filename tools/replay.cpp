@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/trace/replay.hpp"
 
@@ -44,7 +45,7 @@ void setup_replay(CLI::App& app, int& exit_code) {
                   "replays simulate that device (default: not limited)");
   cmd->callback([args, &exit_code] {
     if (!args->device_memory.empty())
-      args->request.device_capacity = model::parse_size(args->device_memory, "--device-memory");
+      args->request.device_capacity = parse_size(args->device_memory, "--device-memory");
     args->request.options.touch = !args->no_touch;
     trace::ReplayReport report = trace::run_replay(args->request);
     for (const auto& w : report.warnings) fmt::print(stderr, "warning: {}\n", w);

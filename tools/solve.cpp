@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -17,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "command.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/core/files.hpp"
 #include "modelmem/plan/plan_io.hpp"
@@ -36,15 +36,6 @@ struct SolveArgs {
   std::string output;
   bool json = false;
 };
-
-std::size_t parse_bytes(const std::string& text, const char* what) {
-  std::size_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw InvalidInput(std::string(what) + ": '" + text +
-                       "' is not a non-negative integer byte count");
-  return v;
-}
 
 /// Progress on stderr for long searches, at most ten updates a second, erased when done.
 class Progress {
@@ -101,7 +92,7 @@ int run_solve(const SolveArgs& args) {
   request.solver = args.solver;
   request.time_limit_s = args.time_limit;
   request.threads = args.threads;
-  if (!args.capacity.empty()) request.capacity = parse_bytes(args.capacity, "--capacity");
+  if (!args.capacity.empty()) request.capacity = parse_size(args.capacity, "--capacity");
   std::optional<Progress> progress;
   request.progress = [&progress](const std::string& solver, std::size_t best, double elapsed) {
     if (!progress || progress->solver() != solver) progress.emplace(solver);
@@ -148,7 +139,9 @@ void setup_solve(CLI::App& app, int& exit_code) {
   cmd->add_option("--solver", args.solver,
                   "solver name, or 'all' for a comparison table (names: see below)")
       ->capture_default_str();
-  cmd->add_option("--capacity", args.capacity, "arena limit in bytes; exit code 1 if no plan fits");
+  cmd->add_option(
+      "--capacity", args.capacity,
+      "arena limit (bytes, or a size such as 16GiB or 512MiB); exit code 1 if no plan fits");
   cmd->add_option("--time-limit", args.time_limit,
                   "seconds for each solver: everything between reading the file and writing the "
                   "plan (the lower bound, the search, validating the plan) is kept within it")

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/buckets.hpp"
 
@@ -108,7 +109,7 @@ std::size_t size_arg(const py::object& value, const std::string& flag) {
       !(py::isinstance<py::int_>(value) || py::isinstance<py::str>(value)))
     throw InvalidInput(fmt::format("{} {}: expected bytes (an int) or a size ('16GiB')", flag,
                                    py::repr(value).cast<std::string>()));
-  return model::parse_size(py::str(value).cast<std::string>(), flag);
+  return parse_size(py::str(value).cast<std::string>(), flag);
 }
 
 std::vector<std::string> paths_arg(const py::object& value) {

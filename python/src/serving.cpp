@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/model/plan_model.hpp"
@@ -23,7 +24,7 @@ std::size_t size_of(const py::object& v, const std::string& what) {
     if (n < 0) throw InvalidInput(what + ": must not be negative");
     return static_cast<std::size_t>(n);
   }
-  return model::parse_size(py::str(v).cast<std::string>(), what);
+  return parse_size(py::str(v).cast<std::string>(), what);
 }
 
 py::object plan_serving(const std::filesystem::path& model, const py::object& device_memory,

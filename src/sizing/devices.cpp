@@ -186,7 +186,7 @@ void add_group(const std::string& group, const std::string& node, std::vector<De
   if (!size.empty()) {
     // Not a kind: a size, of at least 1 MiB (2x910B4 is not 910 bytes of unit 'B4').
     try {
-      bytes = model::parse_size(size, "--devices " + group);
+      bytes = parse_size(size, "--devices " + group);
     } catch (const InvalidInput&) {
       bytes = 0;
     }

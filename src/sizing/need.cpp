@@ -162,7 +162,7 @@ Overhead parse_overhead(const std::string& text, Backend kind, std::size_t devic
             fmt::format("--overhead {} of {}", text, format_bytes(device_memory))};
   }
   if (text == "0") return {0, "--overhead 0"};
-  return {model::parse_size(text, "--overhead"), fmt::format("--overhead {}", text)};
+  return {parse_size(text, "--overhead"), fmt::format("--overhead {}", text)};
 }
 
 std::string strategy_config(const std::string& text) {

@@ -1,7 +1,11 @@
-// The byte formatting every layer uses (modelmem/core/bytes.hpp).
+// The byte formatting and size parsing every layer uses (modelmem/core/bytes.hpp).
 #include "modelmem/core/bytes.hpp"
 
 #include <gtest/gtest.h>
+
+#include <string>
+
+#include "modelmem/core/error.hpp"
 
 namespace modelmem {
 namespace {
@@ -23,6 +27,33 @@ TEST(FormatBytesShort, FitsSixCharacters) {
   EXPECT_EQ(format_bytes_short(20 * kMiB), "20.0M");
   EXPECT_EQ(format_bytes_short(3 * kMiB / 2 * 1024), "1.5G");
   EXPECT_EQ(format_bytes_short(~0ull), "16384P");  // still 6 characters
+}
+
+// Every size flag (--device-memory, --overhead, --devices, solve --capacity, Python's sizes)
+// reads sizes with this one parser.
+TEST(ParseSize, UnitsMeanWhatTheySay) {
+  EXPECT_EQ(parse_size("1024", "x"), 1024u);
+  EXPECT_EQ(parse_size("16GiB", "x"), std::size_t{16} << 30);
+  EXPECT_EQ(parse_size("512MiB", "x"), std::size_t{512} << 20);
+  EXPECT_EQ(parse_size("1.5GiB", "x"), std::size_t{3} << 29);
+  // A unit means what it says: GB is 10^9 bytes, GiB 2^30; a bare G says neither.
+  EXPECT_EQ(parse_size("80GB", "x"), std::size_t{80'000'000'000});
+  EXPECT_EQ(parse_size("16 gb", "x"), std::size_t{16'000'000'000});
+  EXPECT_EQ(parse_size("4KiB", "x"), 4096u);
+  EXPECT_EQ(parse_size("4kB", "x"), 4000u);
+  EXPECT_THROW(parse_size("1.5G", "x"), InvalidInput);
+  EXPECT_THROW(parse_size("4k", "x"), InvalidInput);
+  // An absurd size is refused with the range.
+  try {
+    parse_size("100000000TiB", "--device-memory");
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("from 1 byte to 8 EiB"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_size("0", "x"), InvalidInput);
+  EXPECT_THROW(parse_size("", "x"), InvalidInput);
+  EXPECT_THROW(parse_size("12 parsecs", "x"), InvalidInput);
+  EXPECT_THROW(parse_size("-3G", "x"), InvalidInput);
 }
 
 }  // namespace

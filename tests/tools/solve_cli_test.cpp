@@ -44,6 +44,10 @@ TEST_F(SolveCli, CapacityDecidesTheExitCode) {
   CliRun below_bound = run(example() + " --solver greedy-size --capacity 26623");
   EXPECT_EQ(below_bound.code, 1) << below_bound.out;
   EXPECT_NE(below_bound.err.find("no plan found within the capacity"), std::string::npos);
+  // Sizes as every size flag takes them: 26 KiB is 26624 bytes.
+  CliRun in_kib = run(example() + " --solver greedy-size --capacity 26KiB");
+  EXPECT_EQ(in_kib.code, 0) << in_kib.err;
+  EXPECT_NE(in_kib.out.find("capacity 26624"), std::string::npos) << in_kib.out;
   CliRun naive = run(example() + " --solver naive --capacity 30000");
   EXPECT_EQ(naive.code, 1) << naive.out;
   EXPECT_NE(naive.out.find("exceeds capacity 30000"), std::string::npos) << naive.out;
@@ -119,7 +123,8 @@ TEST_F(SolveCli, BadInputIsOneLineAndExitCodeTwo) {
 
 TEST_F(SolveCli, UsageErrorsExitWithTwo) {
   EXPECT_EQ(run(example() + " --solver nope").code, 2);
-  EXPECT_EQ(run(example() + " --solver naive --capacity 12kb").code, 2);
+  EXPECT_EQ(run(example() + " --solver naive --capacity 12k").code, 2);  // kB or KiB?
+  EXPECT_EQ(run(example() + " --solver naive --capacity 0").code, 2);
   EXPECT_EQ(run(example() + " --solver naive --time-limit 0").code, 2);
   EXPECT_EQ(run(example() + " --solver naive --output plan.txt").code, 2);
   EXPECT_EQ(run("/nonexistent.csv --solver naive").code, 2);

@@ -1,5 +1,5 @@
-// Byte counts as people read them: the one formatting of sizes that every layer, the reports
-// and the command line use.
+// Byte counts as people read and write them: the one formatting and the one parser of sizes that
+// every layer, the reports and the command line use.
 #pragma once
 
 #include <cstddef>
@@ -21,5 +21,10 @@ std::string format_bytes_mib(std::size_t bytes);
 
 /// At most 6 characters, for tables 80 columns wide: "1.5G", "20.0M", "512K", "100B".
 std::string format_bytes_short(std::uint64_t bytes);
+
+/// A byte size as a user writes it, the one parser of every size flag and argument:
+/// "1073741824", "512MiB", "16GiB", "1.5GiB", "80GB" (= 80 x 10^9; a bare K/M/G/T is refused as
+/// ambiguous). Throws InvalidInput naming `what`, the text and the range (1 B to 2^63).
+std::size_t parse_size(const std::string& text, const std::string& what);
 
 }  // namespace modelmem

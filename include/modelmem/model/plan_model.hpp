@@ -175,11 +175,3 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
                        std::size_t device_memory);
 
 }  // namespace modelmem::model
-
-namespace modelmem::model {
-
-/// A byte size as a user writes it: "1073741824", "512MiB", "16GiB", "1.5GiB", "80GB"
-/// (= 80 x 10^9; a bare K/M/G/T is refused). Throws InvalidInput naming `what` and the range.
-std::size_t parse_size(const std::string& text, const std::string& what);
-
-}  // namespace modelmem::model
