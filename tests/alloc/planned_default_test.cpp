@@ -96,9 +96,11 @@ TEST(PlannedDefault, StepsServedByThePlanCountThePageFaultsTheKernelCounted) {
   o.prefault = true;
   o.huge_pages = false;
   PlannedAllocator a(o);
+  std::vector<void*> blocks;
+  blocks.reserve(4);
   auto step = [&](bool touch_new_pages) {
+    blocks.clear();
     a.begin_step();
-    std::vector<void*> blocks;
     for (int i = 0; i < 4; ++i) blocks.push_back(a.allocate(256u << 10));
     if (touch_new_pages) {
       // 64 pages the process never had, written inside the step.
@@ -120,11 +122,19 @@ TEST(PlannedDefault, StepsServedByThePlanCountThePageFaultsTheKernelCounted) {
   for (int i = 0; i < 4; ++i) step(false);
   s = a.planned_stats();
   EXPECT_EQ(s.served_steps, before + 4);
+  // The arena's pages were touched when it was obtained: these steps fault nowhere in a plain
+  // build (a sanitizer's shadow memory may still fault a few pages), far below a step that
+  // writes 64 new pages.
+  const std::uint64_t quiet_max = s.served_step_max;
+  EXPECT_LT(quiet_max, 32u);
+#ifndef __SANITIZE_ADDRESS__
   EXPECT_GE(s.faultless_steps, before + 3) << "most steps served from the arena fault nowhere";
+#endif
   step(true);
   s = a.planned_stats();
   EXPECT_EQ(s.served_steps, before + 5);
   EXPECT_GE(s.served_step_max, 64u) << "the 64 fresh pages written in the step were counted";
+  EXPECT_GT(s.served_step_max, quiet_max);
   EXPECT_GE(s.served_step_minor + s.served_step_major, 64u);
 }
 
