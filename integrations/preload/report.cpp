@@ -76,16 +76,8 @@ void print_report() {
                  static_cast<unsigned long long>(p.occupied),
                  static_cast<unsigned long long>(p.mismatched_steps),
                  static_cast<unsigned long long>(p.unplanned));
-    if (p.served_steps > 0)
-      std::fprintf(out,
-                   "  faults per step   %llu of %llu steps served by the plan had no page fault; "
-                   "%llu minor, %llu major in them all, the most in one %llu (the kernel's "
-                   "count for the process)\n",
-                   static_cast<unsigned long long>(p.faultless_steps),
-                   static_cast<unsigned long long>(p.served_steps),
-                   static_cast<unsigned long long>(p.served_step_minor),
-                   static_cast<unsigned long long>(p.served_step_major),
-                   static_cast<unsigned long long>(p.served_step_max));
+    if (const std::string faults = alloc::describe_step_faults(p); !faults.empty())
+      std::fprintf(out, "  faults per step   %s\n", faults.c_str());
     std::fprintf(out, "  peak live         %s\n", format_bytes(p.peak_live).c_str());
     std::fprintf(out, "  arena size        %s (%llu arena allocations)\n",
                  format_bytes(p.arena_size).c_str(),

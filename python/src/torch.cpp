@@ -422,12 +422,8 @@ std::string report_text() {
           ps.unplanned);
       if (const std::string why = alloc::describe_no_plan(ps); !why.empty())
         out += fmt::format("{:<14} {}\n", "no plan", why);
-      if (ps.served_steps > 0)
-        out += fmt::format(
-            "{:<14} {} of {} steps served by the plan had no page fault; {} minor, {} major in "
-            "them all, the most in one {} (the kernel's count for the process)\n",
-            "step faults", ps.faultless_steps, ps.served_steps, ps.served_step_minor,
-            ps.served_step_major, ps.served_step_max);
+      if (const std::string faults = alloc::describe_step_faults(ps); !faults.empty())
+        out += fmt::format("{:<14} {}\n", "step faults", faults);
     }
     for (const auto& w : st.warnings) out += fmt::format("{:<14} {}\n", "warning", w);
     return out;

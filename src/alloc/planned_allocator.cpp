@@ -235,6 +235,14 @@ const PlannedOptions& PlannedAllocator::options() const noexcept {
   return impl_->options;
 }
 
+std::string describe_step_faults(const PlannedStats& p) {
+  if (p.served_steps == 0) return "";
+  return std::to_string(p.faultless_steps) + " of " + std::to_string(p.served_steps) +
+         " steps served by the plan had no page fault; " + std::to_string(p.served_step_minor) +
+         " minor, " + std::to_string(p.served_step_major) + " major in them all, the most in one " +
+         std::to_string(p.served_step_max) + " (the kernel's count for the process)";
+}
+
 std::string describe_no_plan(const PlannedStats& p) {
   const auto n = [](std::uint64_t v) { return std::to_string(v); };
   const std::uint64_t requests = p.hits + p.misses + p.unplanned;

