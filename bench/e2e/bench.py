@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """End-to-end inference benchmark of heap allocators on PyTorch eager (CPU).
 
-Runs ResNet-50 (batch 1 and 8) and a BERT-base encoder (batch 1, seq 128) with random weights
+Runs ResNet-50 (batch 1 and 8), a BERT-base encoder (batch 1 and 8, seq 128) and a GPT-2 small
+decode loop (transformers, local config, 32 tokens with a growing KV cache), random weights,
 under glibc malloc, jemalloc, tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem
 caching and modelmem planned arena (libmodelmem_preload.so; alone, with small requests going to
 glibc, and composed with mimalloc or tcmalloc preloaded after it), and the same models exported to
-ONNX under Python's onnxruntime (default allocator settings) as a reference.
+ONNX under Python's onnxruntime (default allocator settings) as a reference (not GPT-2's loop).
 
 Method. One worker process per configuration stays alive for a model, plus a noise-floor
 worker: allocation-free compute (a matrix product and a vector addition into tensors allocated
@@ -55,8 +56,15 @@ MODELS = {
     # leave of the budget.
     "resnet50_b1": ("resnet50", 1, 12, 5),
     "bert_b1_s128": ("bert", 1, 12, 5),
+    "bert_b8_s128": ("bert", 8, 4, 2),
+    # A GPT-2 small layout (random weights, local config) decoding GPT2_TOKENS tokens after a
+    # 16-token prompt with its KV cache growing each token: the allocator sees a step whose
+    # sizes change every token. No ONNX reference (the loop is Python's).
+    "gpt2_decode_b1": ("gpt2", 1, 3, 1),
     "resnet50_b8": ("resnet50", 8, 8, 2),
 }
+NO_ONNX = {"gpt2"}
+GPT2_TOKENS = 32
 
 # ----------------------------------------------------------------------------- models
 
@@ -107,7 +115,25 @@ def build_model(kind):
                 x = layer(x)
             return x
 
+    if kind == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=256)
+        return GPT2LMHeadModel(config).eval()
     return Encoder().eval()
+
+
+def decode_step(model, prompt):
+    """One request: the prompt's forward pass, then GPT2_TOKENS greedy tokens, each one a forward
+    pass over the new token with the KV cache of all before it (grows a token each pass)."""
+    import torch
+
+    out = model(prompt, use_cache=True)
+    past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    for _ in range(GPT2_TOKENS):
+        out = model(tok, past_key_values=past, use_cache=True)
+        past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    return torch.cat([prompt, tok], dim=1)
 
 
 def model_input(kind, batch):
@@ -116,6 +142,8 @@ def model_input(kind, batch):
     torch.manual_seed(1)
     if kind == "resnet50":
         return torch.randn(batch, 3, 224, 224)
+    if kind == "gpt2":
+        return torch.randint(0, 50257, (batch, 16), dtype=torch.int64)
     return torch.randint(0, 30522, (batch, 128), dtype=torch.int64)
 
 
@@ -154,7 +182,8 @@ FLOOR_ADD = 1 << 20
 
 def serve(step, set_repeats=None):
     """Line protocol on stdin/stdout: `run K [L]` -> L untimed steps, then K timed ones ->
-    {"lat_ns": [...], "minflt": N} (faults of the timed steps); `repeats R` (noise floor only)
+    {"lat_ns": [...], "minflt": N, "majflt": M} (faults of the timed steps); `repeats R` (noise
+    floor only)
     -> units per step; `mark` -> one getppid() call (a marker for strace); `quit` ->
     {"maxrss_kb": N}."""
     out = sys.stdout
@@ -166,13 +195,14 @@ def serve(step, set_repeats=None):
             for _ in range(int(cmd[2]) if len(cmd) > 2 else 0):
                 step()
             lat = []
-            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
             for _ in range(int(cmd[1])):
                 t = time.perf_counter_ns()
                 step()
                 lat.append(time.perf_counter_ns() - t)
-            f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            reply = {"lat_ns": lat, "minflt": f1 - f0}
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            reply = {"lat_ns": lat, "minflt": r1.ru_minflt - r0.ru_minflt,
+                     "majflt": r1.ru_majflt - r0.ru_majflt}
         elif cmd[0] == "repeats" and set_repeats:
             set_repeats(int(cmd[1]))
             reply = {"repeats": int(cmd[1])}
@@ -205,7 +235,7 @@ def model_worker(name):
     x = model_input(kind, batch)
     with torch.inference_mode():
         ready()
-        serve(lambda: model(x))
+        serve(lambda: decode_step(model, x) if kind == "gpt2" else model(x))
 
 
 def ort_worker(name, onnx_path):
@@ -323,6 +353,7 @@ class Worker:
                                      stderr=self.err, env=full_env, text=True, bufsize=1)
         self.chunks = []  # latencies (ns) of the chunk timed in each round, in round order
         self.minflt = 0
+        self.majflt = 0
         self.maxrss_kb = None
 
     @property
@@ -350,6 +381,7 @@ class Worker:
         r = self.call(f"run {k} {lead_in}")
         self.chunks.append(r["lat_ns"])
         self.minflt += r["minflt"]
+        self.majflt += r.get("majflt", 0)
 
     def quit(self):
         self.maxrss_kb = self.call("quit")["maxrss_kb"]
@@ -375,6 +407,7 @@ def summary(w, batch):
         "max": s[-1] / 1e6, "jitter": pct(s, 99) / pct(s, 50),
         "throughput": n * 1e9 / sum(s) * batch,
         "rss_mib": w.maxrss_kb / 1024, "minflt": w.minflt / n,
+        "majflt": w.majflt / n,
     }
 
 
@@ -483,7 +516,7 @@ def bench_model(name, cfgs, args, budget_s, say):
     for label, env in cfgs:
         workers.append(Worker(label, [sys.executable, me, "--worker", name], env,
                               os.path.join(args.tmp, f"{name}_{label}.err")))
-    if not args.no_ort:
+    if not args.no_ort and MODELS[name][0] not in NO_ONNX:
         onnx_path = os.path.join(args.tmp, f"{name}.onnx")
         if not os.path.exists(onnx_path):
             export_onnx(name, onnx_path)
@@ -538,7 +571,7 @@ def bench_model(name, cfgs, args, budget_s, say):
         f"{cal['floor_ms']:.1f} ms in the last)")
     say()
     say("| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | p99/p50 / floor | inf/s | "
-        "peak RSS MiB | minor faults/inf | p50 / best peer | paired p50 ratio vs best peer "
+        "peak RSS MiB | minor / major faults per inf | p50 / best peer | paired p50 ratio vs best peer "
         "(95% interval) | RSS / best peer |")
     say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w in workers:
@@ -546,10 +579,11 @@ def bench_model(name, cfgs, args, budget_s, say):
         row = [w.label, f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}",
                f"{s['max']:.1f}", f"{s['jitter']:.3f}"]
         if w is floor:
-            row += ["-", "-", f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f}", "-", "-", "-"]
+            row += ["-", "-", f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f} / {s['majflt']:.1f}", "-", "-",
+                    "-"]
         else:
             row += [f"{s['jitter'] / floor_jitter:.3f}", f"{s['throughput']:.2f}",
-                    f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f}",
+                    f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f} / {s['majflt']:.1f}",
                     f"{s['p50'] / stats[best]['p50']:.3f}",
                     interval(*paired_p50_ratio(w, by_label[best])),
                     f"{s['rss_mib'] / best_rss:.3f}"]
