@@ -571,16 +571,16 @@ def bench_model(name, cfgs, args, budget_s, say):
         f"{cal['floor_ms']:.1f} ms in the last)")
     say()
     say("| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | p99/p50 / floor | inf/s | "
-        "peak RSS MiB | minor / major faults per inf | p50 / best peer | paired p50 ratio vs best peer "
-        "(95% interval) | RSS / best peer |")
+        "peak RSS MiB | minor / major faults per inf | p50 / best peer | "
+        "paired p50 ratio vs best peer (95% interval) | RSS / best peer |")
     say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w in workers:
         s = stats[w.label]
         row = [w.label, f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}",
                f"{s['max']:.1f}", f"{s['jitter']:.3f}"]
         if w is floor:
-            row += ["-", "-", f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f} / {s['majflt']:.1f}", "-", "-",
-                    "-"]
+            faults = f"{s['minflt']:.1f} / {s['majflt']:.1f}"
+            row += ["-", "-", f"{s['rss_mib']:.0f}", faults, "-", "-", "-"]
         else:
             row += [f"{s['jitter'] / floor_jitter:.3f}", f"{s['throughput']:.2f}",
                     f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f} / {s['majflt']:.1f}",
