@@ -183,8 +183,7 @@ FLOOR_ADD = 1 << 20
 def serve(step, set_repeats=None):
     """Line protocol on stdin/stdout: `run K [L]` -> L untimed steps, then K timed ones ->
     {"lat_ns": [...], "minflt": N, "majflt": M} (faults of the timed steps); `repeats R` (noise
-    floor only)
-    -> units per step; `mark` -> one getppid() call (a marker for strace); `quit` ->
+    floor only) -> units per step; `mark` -> one getppid() call (a marker for strace); `quit` ->
     {"maxrss_kb": N}."""
     out = sys.stdout
     for line in sys.stdin:
