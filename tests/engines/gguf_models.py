@@ -10,7 +10,7 @@ small SentencePiece-style one made here (byte tokens and fillers), no tokenizer 
 import numpy as np
 
 # family -> llama.cpp architecture
-ARCH = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}
+ARCH = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "gemma2": "gemma2"}
 
 
 def _names(family, name):
@@ -33,6 +33,8 @@ def _names(family, name):
             "ln_1", "ln_2")
     fixed = {"model.embed_tokens.weight": "token_embd.weight",
              "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    if family == "gemma2" and name == "lm_head.weight":
+        return None, False  # tied: llama.cpp's gemma2 takes token_embd for the output
     if name in fixed:
         return fixed[name], False
     parts = name.split(".")  # model.layers.N.self_attn.q_proj.weight
@@ -41,6 +43,10 @@ def _names(family, name):
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    if family == "gemma2":  # a norm after attention and on each side of the MLP
+        table.update({"post_attention_layernorm": "post_attention_norm",
+                      "pre_feedforward_layernorm": "ffn_norm",
+                      "post_feedforward_layernorm": "post_ffw_norm"})
     return f"blk.{n}.{table[module]}.{kind}", False
 
 
@@ -83,6 +89,12 @@ def write(model, path, kind):
         w.add_head_count_kv(c.num_key_value_heads)
         w.add_layer_norm_rms_eps(c.rms_norm_eps)
         w.add_rope_freq_base(10000.0)
+    if family == "gemma2":
+        w.add_key_length(c.head_dim)
+        w.add_value_length(c.head_dim)
+        w.add_sliding_window(c.sliding_window)
+        w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        w.add_final_logit_softcapping(c.final_logit_softcapping)
     tokens, scores, types = _vocab(c.vocab_size)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)

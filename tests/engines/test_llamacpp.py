@@ -2,7 +2,7 @@
 
 - Every ggml type of the `gguf` package's GGML_QUANT_SIZES: a file holding one tensor of it; the
   weight bytes modelmem reads equal the tensor's bytes in the file (Q8_1 excepted, see below).
-- The model families (Llama, Qwen2, GPT-2; families.py) written as GGUF in f16 and q8_0
+- The model families (Llama, Qwen2, GPT-2, Gemma-2; families.py) written as GGUF in f16 and q8_0
   (gguf_models.py): the weight bytes equal the file's tensor data bytes exactly, and the KV bytes
   per token equal those modelmem reads from the same model's transformers checkpoint.
 - Where llama-cpp-python is installed: llama.cpp loads each file with the -c, -np, -ctk/-ctv,
@@ -10,6 +10,8 @@
   "llama_kv_cache: size = ..." is the one modelmem prints, for -ctk f16 and q8_0; its compute
   buffer is reported beside modelmem's activation figure (not asserted: llama.cpp's graph
   allocator sizes it). A q4_K file made by llama.cpp's own quantizer is read exactly too.
+  Gemma-2 at a context where its sliding window sizes the second cache: both cache lines are
+  modelmem's, and one sequence more exceeds the plan's KV budget by llama.cpp's own buffers.
   Skips, saying so, where llama-cpp-python is absent (it builds llama.cpp from source:
   docs/benchmarks.md has the cost)."""
 
@@ -43,10 +45,10 @@ CONTEXT = 600  # not a multiple of 256: llama.cpp rounds each sequence's cells u
 CHUNK = 512
 
 
-def plan(model, device_memory, kv_dtype="", extra=()):
+def plan(model, device_memory, kv_dtype="", extra=(), context=CONTEXT):
     out = Path(str(model) + ".plan.json")
     cmd = [str(BINARY), "plan", "--serve", str(model), "--device-memory", str(device_memory),
-           "--context", str(CONTEXT), "--overhead", "0", "--device-kind", "host",
+           "--context", str(context), "--overhead", "0", "--device-kind", "host",
            "--max-num-seqs", "16", "--max-batched-tokens", str(CHUNK), "--json", str(out),
            *extra]
     if kv_dtype:
@@ -197,3 +199,47 @@ def test_q4_k_from_llamacpp_quantizer_is_read_exactly(tmp_path):
     assert "Q4_K" in types, types
     p, _ = plan(dst, 1 << 34)
     assert p["weights_bytes"] == file_tensor_bytes(dst)
+
+
+KV_BUFFERS = re.compile(r"CPU KV buffer size = +([\d.]+) MiB")
+SIZE_LINES = re.compile(r"llama_kv_cache: size = .*")
+
+
+def test_gemma2_sliding_window_cache_is_llamacpps(tmp_path):
+    """Gemma-2 alternates sliding-window and full layers: llama.cpp keeps two caches, the
+    sliding one of pad256(window x sequences + micro-batch) cells when that is fewer than the
+    full one's. At a context of 2000 (2048 cells a sequence) the window of 256 makes it the
+    smaller: both of llama.cpp's lines are the ones modelmem prints, for -ctk f16 and q8_0, and
+    one sequence more than the printed -np does not fit in the plan's KV budget by llama.cpp's
+    own buffer sizes."""
+    if LLAMA_MISSING:
+        pytest.skip(LLAMA_MISSING)
+    model = make_torch("gemma2")
+    path = tmp_path / "gemma2-f16.gguf"
+    gguf_models.write(model, path, "f16")
+    for kv_dtype in ["", "int8"]:
+        probe, _ = plan(path, 1 << 34, kv_dtype, ["--engine", "llama.cpp"], 2000)
+        f = probe["engine_formulas"]["llama.cpp"]["log_figures"]
+        # a budget of about 3.5 sequences of the full cache and 3 of the window's
+        per_seq = (f["kv_bytes"] - f["swa_k_bytes"] - f["swa_v_bytes"]) // f["n_seq"]
+        budget = probe["need_bytes"] + int(3.8 * per_seq)
+        p, text = plan(path, budget, kv_dtype, ["--engine", "llama.cpp"], 2000)
+        s, f = p["engines"]["llama.cpp"], p["engine_formulas"]["llama.cpp"]["log_figures"]
+        n = int(s["-np"])
+        assert n >= 2 and f["n_ctx_seq"] == 2048, text
+        assert f["swa_cells"] < f["cells"], f  # the window sizes the sliding cache
+        log, seen = run_llamacpp(path, s)
+        assert seen["decode"] == 0 and seen["n_seq_max"] == n, log[-3000:]
+        lines = [m.strip() for m in SIZE_LINES.findall(log)]
+        assert len(lines) == 2, log[-3000:]  # the full cache, then the sliding one
+        assert p["engine_formulas"]["llama.cpp"]["logs"].startswith("; ".join(lines)), (
+            lines, p["engine_formulas"]["llama.cpp"]["logs"])
+        assert f"({int(f['swa_cells']):6d} cells" in lines[1], lines
+        # One sequence more: llama.cpp's own buffers exceed the budget the plan gave the KV cache.
+        more = dict(s, **{"-np": str(n + 1), "-c": str((n + 1) * int(f["n_ctx_seq"]))})
+        log, seen = run_llamacpp(path, more)
+        bufs = [float(x) for x in KV_BUFFERS.findall(log)]
+        assert len(bufs) == 2 and seen["n_seq_max"] == n + 1, log[-3000:]
+        assert sum(bufs) * 2**20 > p["kv_cache_bytes"] + 0.01 * 2**20, (bufs, p["kv_cache_bytes"])
+        print(f"gemma2 -ctk {s['-ctk']} -np {n}: {'; '.join(lines)}; -np {n + 1}: {bufs} MiB "
+              f"against the plan's KV budget {p['kv_cache_bytes'] / 2**20:.2f} MiB")
