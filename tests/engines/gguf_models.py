@@ -10,7 +10,8 @@ small SentencePiece-style one made here (byte tokens and fillers), no tokenizer 
 import numpy as np
 
 # family -> llama.cpp architecture
-ARCH = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "gemma2": "gemma2"}
+ARCH = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "gemma2": "gemma2",
+        "mixtral": "llama"}  # llama.cpp loads Mixtral as a llama with experts
 
 
 def _names(family, name):
@@ -43,6 +44,9 @@ def _names(family, name):
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    # Mixtral (transformers 5: the experts stacked, gate and up fused): its router; the experts'
+    # tensors are split and named in write()
+    table["mlp.gate"] = "ffn_gate_inp"
     if family == "gemma2":  # a norm after attention and on each side of the MLP
         table.update({"post_attention_layernorm": "post_attention_norm",
                       "pre_feedforward_layernorm": "ffn_norm",
@@ -89,6 +93,9 @@ def write(model, path, kind):
         w.add_head_count_kv(c.num_key_value_heads)
         w.add_layer_norm_rms_eps(c.rms_norm_eps)
         w.add_rope_freq_base(10000.0)
+    if family == "mixtral":
+        w.add_expert_count(c.num_local_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
     if family == "gemma2":
         w.add_key_length(c.head_dim)
         w.add_value_length(c.head_dim)
@@ -103,16 +110,31 @@ def write(model, path, kind):
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     total = 0
+    tensors = []  # (llama.cpp name, array)
     for name, t in model.state_dict().items():
         if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
             continue  # GPT-2's causal mask buffers in older transformers
+        a = t.detach().float().numpy()
+        if ".mlp.experts." in name:  # [experts, 2 x ff, hidden]: ffn_gate_exps, ffn_up_exps
+            block = f"blk.{name.split('.')[2]}"
+            if name.endswith("gate_up_proj"):
+                ff = a.shape[1] // 2
+                tensors += [(f"{block}.ffn_gate_exps.weight", np.ascontiguousarray(a[:, :ff])),
+                            (f"{block}.ffn_up_exps.weight", np.ascontiguousarray(a[:, ff:]))]
+            else:  # down_proj [experts, hidden, ff]
+                tensors.append((f"{block}.ffn_down_exps.weight", a))
+            continue
         gname, transpose = _names(family, name)
         if gname is None:
             continue
-        a = t.detach().float().numpy()
         if transpose:
             a = np.ascontiguousarray(a.T)
-        if a.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F16:
+        tensors.append((gname, a))
+    for gname, a in tensors:
+        if gname.endswith("ffn_gate_inp.weight"):  # the router stays f32, as llama.cpp's converter
+            data = a.astype(np.float32)
+            w.add_tensor(gname, data)
+        elif a.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F16:
             data = gguf.quants.quantize(a, qtype)
             w.add_tensor(gname, data, raw_dtype=qtype)
         elif a.ndim >= 2:

@@ -2,7 +2,7 @@
 
 - Every ggml type of the `gguf` package's GGML_QUANT_SIZES: a file holding one tensor of it; the
   weight bytes modelmem reads equal the tensor's bytes in the file (Q8_1 excepted, see below).
-- The model families (Llama, Qwen2, GPT-2, Gemma-2; families.py) written as GGUF in f16 and q8_0
+- The model families (Llama, Qwen2, GPT-2, Gemma-2, Mixtral; families.py) written as GGUF in f16 and q8_0
   (gguf_models.py): the weight bytes equal the file's tensor data bytes exactly, and the KV bytes
   per token equal those modelmem reads from the same model's transformers checkpoint.
 - Where llama-cpp-python is installed: llama.cpp loads each file with the -c, -np, -ctk/-ctv,
