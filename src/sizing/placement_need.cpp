@@ -76,8 +76,11 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   // KV cache asked for + overhead, in whole MiB. Its pool holds at least that cache (the rounding
   // adds whole blocks), and its engine settings are what `plan --serve --device-memory REQUEST`
   // prints.
+  // The model is modelled once (serve_model, as a PyTorch serving loop runs it: eager
+  // lifetimes); the probe, the plan and the serving need all take that one value.
   o.device_memory = std::size_t{1} << 46;
-  const ServePlan probe = plan_serving(m.path, o);
+  const ServedModel served = serving_model(m.path, o);
+  const ServePlan probe = plan_serving(served, o);
   const std::size_t asked =
       s.concurrency > 0
           ? checked_mul(static_cast<std::size_t>(s.concurrency), probe.sequence_bytes, "KV cache")
@@ -88,7 +91,7 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   const std::size_t non_kv = probe.need.need;  // weights + activations on the strategy
   o.device_memory =
       whole_mib(checked_add(checked_add(non_kv, asked, "need"), n.overhead.bytes, "device memory"));
-  const ServePlan p = plan_serving(m.path, o);
+  const ServePlan p = plan_serving(served, o);
   if (p.kv_cache_bytes < asked)
     throw Error(fmt::format("{}: the serving plan's KV cache {} is less than the {} asked for",
                             m.name, p.kv_cache_bytes, asked));
@@ -98,7 +101,7 @@ PlacementNeed serving_need(const ModelSpec& m, Backend backend, const PlaceOptio
   load.tokens = p.kv_tokens;
   load.sequences = s.concurrency > 0 ? static_cast<std::size_t>(s.concurrency) : p.max_sequences;
   const ServingNeed sn =
-      serving_need_on_strategy(m.path, o, load, n.strategy, min_request_of(backend, n.strategy));
+      serving_need_on_strategy(served, load, n.strategy, min_request_of(backend, n.strategy));
   n.weights = p.weights_bytes;
   n.need = sn.pool.need;
   finish(n);

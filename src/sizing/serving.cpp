@@ -70,12 +70,7 @@ constexpr const char* kFormulaNote =
 
 constexpr std::size_t kRounds = 3;  // prefill + decode rounds replayed, as plan's 3 inferences
 
-// One step of the decoder: the peak of its activation bytes and its allocation sequence (one
-// inference, no weights: allocation_sequence()).
-struct Step {
-  std::size_t peak = 0;
-  trace::Trace inference;
-};
+using Step = ServedStep;
 
 struct StepPlans {
   Step decode, prefill;
@@ -220,59 +215,6 @@ std::vector<std::size_t> engine_weight_blocks(const model::Checkpoint& ck, int t
   return blocks;
 }
 
-// What an engine's pool serves: the weights (one block each, held), then kRounds rounds of one
-// prefill chunk and one decode step; each step's buffers, its inputs too, freed by its end.
-trace::Trace serving_sequence(const std::string& name, const std::vector<std::size_t>& weights,
-                              const Step& prefill, const Step& decode) {
-  trace::Trace t;
-  t.name = name;
-  std::uint64_t time = 0;
-  auto push = [&](trace::TraceEvent e) {
-    e.time_ns = time++;
-    t.events.push_back(std::move(e));
-  };
-  for (std::size_t i = 0; i < weights.size(); ++i) {
-    trace::TraceEvent e;
-    e.kind = alloc::EventKind::kAlloc;
-    e.address = 4096 + 64 * i;
-    e.size = weights[i];
-    push(e);
-  }
-  std::uintptr_t copy = 0;
-  for (std::size_t r = 0; r < kRounds; ++r)
-    for (const Step* step : {&prefill, &decode}) {
-      const std::uintptr_t offset = (++copy) << 40;  // each step's addresses its own
-      std::map<std::uintptr_t, std::size_t> live;
-      trace::TraceEvent end;
-      for (trace::TraceEvent e : step->inference.events) {
-        if (e.kind == alloc::EventKind::kMark) {
-          if (e.label == "step_end") {
-            end = e;
-            continue;
-          }
-        } else {
-          e.address += offset;
-          if (e.kind == alloc::EventKind::kAlloc)
-            live[e.address] = e.size;
-          else
-            live.erase(e.address);
-        }
-        push(e);
-      }
-      for (const auto& [at, size] : live) {
-        trace::TraceEvent e;
-        e.kind = alloc::EventKind::kFree;
-        e.address = at;
-        e.size = size;
-        push(e);
-      }
-      end.kind = alloc::EventKind::kMark;
-      end.label = "step_end";
-      push(end);
-    }
-  return t;
-}
-
 std::int64_t longest_context(const model::KvCache& kv, std::size_t pool, std::int64_t block,
                              std::int64_t cap, bool& capped) {
   std::int64_t lo = 0, hi = cap;
@@ -291,7 +233,7 @@ std::int64_t longest_context(const model::KvCache& kv, std::size_t pool, std::in
 // The rows of an ONNX decoder's position tables, the fewest of them: the longest sequence it
 // takes. A position table is a learned embedding gathered at positions the graph computes
 // (model::table_limits) or at a graph input of positions (GPT-2's position_ids).
-void onnx_positions(const std::string& path, const ServeOptions& o, ServePlan& p) {
+void onnx_positions(const std::string& path, const ServeOptions& o, ServedModel& p) {
   const model::DecoderSignature sig = model::read_decoder_signature(path, o.kv_pairs);
   model::LoadOptions load;
   load.dims = model::step_dims(sig, 1, 1, 1);
@@ -317,7 +259,7 @@ void onnx_positions(const std::string& path, const ServeOptions& o, ServePlan& p
 }
 
 // A context past the model's positions is refused, as vLLM refuses such a --max-model-len.
-void check_positions(const ServePlan& p, const ServeOptions& o) {
+void check_positions(const ServedModel& p, const ServeOptions& o) {
   if (p.model_max_positions > 0 && p.context > p.model_max_positions && !o.ignore_model_limits)
     throw InvalidInput(fmt::format(
         "{}: --context {} is longer than the model's {} positions ({}); engines refuse a longer "
@@ -326,6 +268,61 @@ void check_positions(const ServePlan& p, const ServeOptions& o) {
 }
 
 }  // namespace
+
+trace::Trace serving_trace(const std::string& name, const std::vector<std::size_t>& held,
+                           const std::vector<const ServedStep*>& steps, std::size_t min_request) {
+  trace::Trace t;
+  t.name = name;
+  std::uint64_t time = 0;
+  auto push = [&](trace::TraceEvent e) {
+    e.time_ns = time++;
+    t.events.push_back(std::move(e));
+  };
+  std::uintptr_t address = 4096;
+  for (std::size_t size : held) {
+    if (size == 0 || size < min_request) continue;
+    trace::TraceEvent e;
+    e.kind = alloc::EventKind::kAlloc;
+    e.address = address;
+    e.size = size;
+    push(e);
+    address += 64;
+  }
+  std::uintptr_t copy = 0;
+  for (const ServedStep* step : steps) {
+    const std::uintptr_t offset = (++copy) << 40;  // each step's addresses its own
+    std::map<std::uintptr_t, std::size_t> live;
+    trace::TraceEvent end;
+    for (trace::TraceEvent e : step->inference.events) {
+      if (e.kind == alloc::EventKind::kMark) {
+        if (e.label == "step_end") {
+          end = e;
+          continue;
+        }
+      } else {
+        e.address += offset;
+        if (e.kind == alloc::EventKind::kAlloc) {
+          if (e.size < min_request) continue;
+          live[e.address] = e.size;
+        } else if (live.erase(e.address) == 0) {
+          continue;  // a request left out
+        }
+      }
+      push(e);
+    }
+    for (const auto& [at, size] : live) {
+      trace::TraceEvent e;
+      e.kind = alloc::EventKind::kFree;
+      e.address = at;
+      e.size = size;
+      push(e);
+    }
+    end.kind = alloc::EventKind::kMark;
+    end.label = "step_end";
+    push(end);
+  }
+  return t;
+}
 
 model::Graph step_graph(const std::string& path, const model::DecoderSignature& sig,
                         const std::map<std::string, std::int64_t>& dims) {
@@ -349,81 +346,115 @@ model::LifetimeOptions step_lifetimes(const ServeOptions& o) {
   return lt;
 }
 
-ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
+ServedModel serve_model(const std::string& model, const ServeOptions& o) {
   validate(o);
-  ServePlan p;
-  p.model = model;
-  p.device_memory = o.device_memory;
-  p.block_size = o.block_size;
-  p.tp = o.tp;
-  NeedOptions need;
-  need.strategy = o.strategy;
-  need.inferences = kRounds;
-  need.overhead = parse_overhead(o.overhead, o.backend, o.device_memory);
-  p.overhead_bytes = need.overhead.bytes;
-  p.overhead_source = need.overhead.source;
-  std::vector<std::int64_t> lengths;
-  if (!o.lengths_path.empty()) lengths = model::read_lengths(o.lengths_path);
-
+  ServedModel m;
+  m.model = model;
   StepPlans s;
   if (model::is_checkpoint_folder(model) || model::is_gguf_path(model)) {
-    p.source = "checkpoint";
+    m.source = "checkpoint";
     model::Checkpoint ck = model::read_checkpoint_or_gguf(model);
     const auto& c = ck.config;
-    p.model_max_positions = c.max_positions;
-    p.model_positions_source = c.max_positions_source;
-    p.context = o.context ? o.context : (c.max_positions ? c.max_positions : 8192);
-    check_positions(p, o);
+    m.model_max_positions = c.max_positions;
+    m.model_positions_source = c.max_positions_source;
+    m.context = o.context ? o.context : (c.max_positions ? c.max_positions : 8192);
+    check_positions(m, o);
     std::string stored = c.torch_dtype.empty() ? "bf16" : c.torch_dtype;
     std::size_t elem = model::dtype_size(o.dtype.empty() ? stored : o.dtype, "--dtype");
     std::size_t kv_elem = o.kv_dtype.empty() ? elem : model::dtype_size(o.kv_dtype, "--kv-dtype");
-    p.kv = model::kv_cache_of(c, kv_elem, o.tp);
-    p.weights_bytes = ck.weights_per_rank(o.tp, o.dtype.empty() ? 0 : elem);
-    p.decode_batch = o.max_num_seqs;
-    p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
+    m.kv = model::kv_cache_of(c, kv_elem, o.tp);
+    m.weights_bytes = ck.weights_per_rank(o.tp, o.dtype.empty() ? 0 : elem);
+    m.decode_batch = o.max_num_seqs;
+    m.prefill_tokens = std::min(o.max_batched_tokens, m.context);
     if (!o.onnx.empty()) {
-      s = plan_onnx_steps(o.onnx, o, p.context, p.decode_batch, p.prefill_tokens);
-      p.activation_source =
+      s = plan_onnx_steps(o.onnx, o, m.context, m.decode_batch, m.prefill_tokens);
+      m.activation_source =
           fmt::format("the larger, planned from {} ({} lifetimes)", o.onnx, o.runtime);
+      m.planned = true;
     } else {
-      s.decode = formula_step(c, elem, o.tp, p.decode_batch, p.decode_batch);
-      s.prefill = formula_step(c, elem, o.tp, p.prefill_tokens, 1);
-      p.activation_source = "the larger, a formula from the config (docs/serving.md), not planned";
-      p.formula_note = kFormulaNote;
+      s.decode = formula_step(c, elem, o.tp, m.decode_batch, m.decode_batch);
+      s.prefill = formula_step(c, elem, o.tp, m.prefill_tokens, 1);
+      m.activation_source = "the larger, a formula from the config (docs/serving.md), not planned";
+      m.formula_note = kFormulaNote;
     }
     // The pool holds the checkpoint's tensors as the engine loads them.
-    s.weight_blocks = engine_weight_blocks(ck, o.tp, o.dtype.empty() ? 0 : elem);
+    m.weight_blocks = engine_weight_blocks(ck, o.tp, o.dtype.empty() ? 0 : elem);
   } else {
-    p.source = "onnx";
-    onnx_positions(model, o, p);
-    p.context = o.context ? o.context : (p.model_max_positions ? p.model_max_positions : 8192);
-    check_positions(p, o);
-    p.decode_batch = o.max_num_seqs;
-    p.prefill_tokens = std::min(o.max_batched_tokens, p.context);
+    m.source = "onnx";
+    onnx_positions(model, o, m);
+    m.context = o.context ? o.context : (m.model_max_positions ? m.model_max_positions : 8192);
+    check_positions(m, o);
+    m.decode_batch = o.max_num_seqs;
+    m.prefill_tokens = std::min(o.max_batched_tokens, m.context);
     if (o.tp != 1)
       throw InvalidInput(
           "--tp splits a checkpoint's weights; an ONNX export is one rank's graph already");
-    s = plan_onnx_steps(model, o, p.context, p.decode_batch, p.prefill_tokens);
-    p.kv = s.kv;
-    p.kv_window_source = s.window_source;
-    p.weights_bytes = s.weights;
-    p.activation_source =
+    s = plan_onnx_steps(model, o, m.context, m.decode_batch, m.prefill_tokens);
+    m.kv = s.kv;
+    m.kv_window_source = s.window_source;
+    m.weights_bytes = s.weights;
+    m.weight_blocks = s.weight_blocks;
+    m.activation_source =
         fmt::format("the larger, planned from the ONNX graph ({} lifetimes)", o.runtime);
+    m.planned = true;
   }
-  p.decode_activation_bytes = s.decode.peak;
-  p.prefill_activation_bytes = s.prefill.peak;
+  m.tp = o.tp;
+  m.decode = std::move(s.decode);
+  m.prefill = std::move(s.prefill);
+  if (m.kv.bytes_per_token() == 0 && m.kv.bytes_per_sequence() == 0)
+    throw InvalidInput(model + ": the model has no KV cache to size");
+  // The weights and the steps on the strategy that serves them, as `plan` sizes every quota.
+  NeedOptions need;
+  need.strategy = o.strategy;
+  need.inferences = kRounds;
+  std::vector<const ServedStep*> rounds;
+  for (std::size_t r = 0; r < kRounds; ++r) rounds.insert(rounds.end(), {&m.prefill, &m.decode});
+  m.need =
+      need_of_sequence(serving_trace(model, m.weight_blocks, rounds), need, o.runtime == "eager");
+  m.need.runtime = o.runtime;
+  m.need.weights = m.weights_bytes;
+  m.need.eager = checked_add(m.weights_bytes, std::max(m.decode.peak, m.prefill.peak), "need");
+  return m;
+}
+
+ServePlan plan_serving(const std::string& model, const ServeOptions& o) {
+  return plan_serving(serve_model(model, o), o);
+}
+
+ServePlan plan_serving(const ServedModel& m, const ServeOptions& o) {
+  validate(o);
+  const std::string& model = m.model;
+  ServePlan p;
+  p.model = model;
+  p.source = m.source;
+  p.activation_source = m.activation_source;
+  p.formula_note = m.formula_note;
+  p.kv_window_source = m.kv_window_source;
+  p.model_max_positions = m.model_max_positions;
+  p.model_positions_source = m.model_positions_source;
+  p.context = m.context;
+  p.decode_batch = m.decode_batch;
+  p.prefill_tokens = m.prefill_tokens;
+  p.kv = m.kv;
+  p.weights_bytes = m.weights_bytes;
+  p.device_memory = o.device_memory;
+  p.block_size = o.block_size;
+  p.tp = o.tp;
+  const Overhead overhead = parse_overhead(o.overhead, o.backend, o.device_memory);
+  p.overhead_bytes = overhead.bytes;
+  p.overhead_source = overhead.source;
+  std::vector<std::int64_t> lengths;
+  if (!o.lengths_path.empty()) lengths = model::read_lengths(o.lengths_path);
+
+  p.decode_activation_bytes = m.decode.peak;
+  p.prefill_activation_bytes = m.prefill.peak;
   p.activation_peak_bytes = std::max(p.decode_activation_bytes, p.prefill_activation_bytes);
   p.kv_bytes_per_token = p.kv.bytes_per_token();
-  if (p.kv_bytes_per_token == 0 && p.kv.bytes_per_sequence() == 0)
-    throw InvalidInput(model + ": the model has no KV cache to size");
   p.kv_block_bytes =
       checked_mul(p.kv_bytes_per_token, static_cast<std::size_t>(p.block_size), "KV block bytes");
-  // The weights and the steps on the strategy that serves them, as `plan` sizes every quota.
-  p.need = need_of_sequence(serving_sequence(model, s.weight_blocks, s.prefill, s.decode), need,
-                            o.runtime == "eager");
-  p.need.runtime = o.runtime;
-  p.need.weights = p.weights_bytes;
-  p.need.eager = checked_add(p.weights_bytes, p.activation_peak_bytes, "need");
+  p.need = m.need;
+  p.need.overhead = overhead;
+  p.need.total = checked_add(p.need.need, overhead.bytes, "total need");
   p.activation_bytes = p.need.need > p.weights_bytes ? p.need.need - p.weights_bytes : 0;
   const std::size_t non_kv = p.need.total;
   if (non_kv >= o.device_memory)

@@ -1,6 +1,5 @@
-// The steps of a served decoder as both serving figures plan them: `plan --serve`'s activation
-// figures (serving.cpp) and the serving loop's allocation sequence (serving_need.cpp) load one
-// step graph and set up its lifetimes here, so that the two cannot drift apart.
+// The steps of a served decoder: serve_model (serving.cpp) loads one step graph and sets up its
+// lifetimes here; `plan --serve`, the serving need and `place` all take the ServedModel it builds.
 #pragma once
 
 #include <cstdint>

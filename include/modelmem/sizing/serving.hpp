@@ -21,6 +21,7 @@
 
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/sizing/need.hpp"
+#include "modelmem/trace/trace.hpp"
 
 namespace modelmem::sizing {
 
@@ -119,10 +120,59 @@ struct ServePlan {
   bool fits() const { return kv_blocks > 0; }
 };
 
+/// One step of a served decoder (a decode step of B sequences or a prefill chunk of T tokens):
+/// the peak of its live activation bytes and its allocation sequence, one inference without the
+/// weights (allocation_sequence(): the inputs made first, then the step's buffers framed by step
+/// marks; what is still live at step_end is freed there when the step is replayed).
+struct ServedStep {
+  std::size_t peak = 0;
+  trace::Trace inference;
+};
+
+/// A served decoder modelled once, whatever the device: what `plan --serve` (plan_serving),
+/// the serving need (serving_need.hpp) and placement (`place` with serve:) all take, so that
+/// the three replay the same blocks.
+struct ServedModel {
+  std::string model;
+  std::string source;             ///< "onnx" or "checkpoint"
+  std::string activation_source;  ///< as ServePlan::activation_source
+  std::string formula_note;       ///< the formula's measured error; "" when planned
+  std::string kv_window_source;   ///< an export's windows: "graph" or "--kv-window"
+  bool planned = false;           ///< steps planned from an ONNX graph (false: the formula)
+  std::int64_t context = 0, decode_batch = 0, prefill_tokens = 0, model_max_positions = 0;
+  std::string model_positions_source;  ///< where model_max_positions comes from
+  int tp = 1;
+  std::size_t weights_bytes = 0;  ///< on one rank
+  /// The weights as the engine's pool gets them: one block per tensor, one rank's share; a
+  /// checkpoint's routed experts merged into one block per layer and projection (FusedMoE).
+  std::vector<std::size_t> weight_blocks;
+  ServedStep decode, prefill;
+  model::KvCache kv;
+  /// The weights and rounds of one prefill chunk and one decode step on options.strategy
+  /// (need_of_sequence), without the overhead: plan_serving adds the device's.
+  PoolNeed need;
+};
+
+/// Models serving `model` (an ONNX file or a checkpoint folder) with `options` (its device size
+/// and overhead are not used, but validated). Throws InvalidInput as plan_serving.
+ServedModel serve_model(const std::string& model, const ServeOptions& options);
+
 /// Plans serving `model` (an ONNX file or a checkpoint folder). Throws InvalidInput for bad
 /// options or a bad model (named), and when the weights and a step's activations leave no room
 /// for one KV block (with the numbers).
 ServePlan plan_serving(const std::string& model, const ServeOptions& options);
+
+/// The serving plan of a model already modelled (serve_model with the same options but the
+/// device size and overhead) on options.device_memory with options.overhead.
+ServePlan plan_serving(const ServedModel& served, const ServeOptions& options);
+
+/// The allocation sequence of serving: `held` blocks (the weights, then whatever else the pool
+/// holds: the KV cache) allocated in order and held, then `steps` replayed one after the other
+/// (each step's blocks freed by its end). Requests below `min_request` bytes are left out (the
+/// LD_PRELOAD library sends them to the C library).
+trace::Trace serving_trace(const std::string& name, const std::vector<std::size_t>& held,
+                           const std::vector<const ServedStep*>& steps,
+                           std::size_t min_request = 0);
 
 /// The report `modelmem plan --serve` prints, and its --json (the same fields for Python).
 std::string render_text(const ServePlan& plan);

@@ -9,11 +9,13 @@
 //     held;
 //   - then steps, each framed by step marks: prefill chunk, prefill chunk, decode step, prefill
 //     chunk, decode step (both transitions, twice each for the caching pool's steady state).
-//     A step's blocks are its activation buffers under PyTorch eager lifetimes, its inputs
-//     included (made for the step, freed after it), planned from the ONNX step graph with the KV
-//     cache kept out (the plans `plan --serve` makes); a checkpoint folder without an ONNX export
-//     has no graph: its step is the formula's activation bytes as the blocks that formula counts
-//     (two hidden-state tensors, the MLP or attention intermediate, the logits), an estimate.
+//     The weight blocks and the steps are the served model's (serve_model), the very blocks
+//     `plan --serve` replays: a checkpoint's routed experts merged as the engine loads them; a
+//     step's blocks its activation buffers under PyTorch eager lifetimes, its inputs included
+//     (made for the step, freed after it), planned from the ONNX step graph with the KV cache
+//     kept out; a checkpoint folder without an ONNX export has no graph: its step is the
+//     formula's activation bytes as the blocks that formula counts (two hidden-state tensors,
+//     the MLP or attention intermediate, the logits), an estimate.
 // Value types; each call owns its data.
 #pragma once
 
@@ -42,9 +44,17 @@ struct ServingSequence {
   bool planned = false;   ///< steps planned from an ONNX graph (false: the checkpoint formula)
 };
 
-/// The allocation sequence of serving `model` with `options` (plan_serving's: dims, dtype,
-/// chunk, decode batch, onnx) holding `load`; requests below `min_request` bytes are left out
-/// (the LD_PRELOAD library sends them to the C library). Throws InvalidInput as plan_serving.
+/// The allocation sequence of serving the served model `m` (serve_model: its weight blocks and
+/// steps, those `plan --serve` replays) holding `load`; requests below `min_request` bytes are
+/// left out (the LD_PRELOAD library sends them to the C library).
+ServingSequence serving_sequence(const ServedModel& m, const ServingLoad& load,
+                                 std::size_t min_request = 0);
+
+/// serve_model(model, options) as a PyTorch serving loop runs it (eager lifetimes; the device
+/// size and overhead play no part). Throws InvalidInput as plan_serving.
+ServedModel serving_model(const std::string& model, const ServeOptions& options);
+
+/// serving_sequence(serving_model(model, options), load, min_request).
 ServingSequence serving_sequence(const std::string& model, const ServeOptions& options,
                                  const ServingLoad& load, std::size_t min_request = 0);
 
@@ -61,7 +71,11 @@ struct ServingNeed {
   bool planned = false;  ///< steps planned from an ONNX graph (false: the checkpoint formula)
 };
 
-/// The need of serving `model` with `load` on `strategy` (strategy_config() text).
+/// The need of serving the served model `m` with `load` on `strategy` (strategy_config() text).
+ServingNeed serving_need_on_strategy(const ServedModel& m, const ServingLoad& load,
+                                     const std::string& strategy, std::size_t min_request = 0);
+
+/// The same for serving_model(model, options).
 ServingNeed serving_need_on_strategy(const std::string& model, const ServeOptions& options,
                                      const ServingLoad& load, const std::string& strategy,
                                      std::size_t min_request = 0);
