@@ -227,8 +227,13 @@ struct PlannedAllocator::Impl {
     sp.arena_size = result.arena_size;
     if (!worth_it(sp.arena_size, step)) return;
     // What the fallback cached for the steps served so far is the arena's job from now on:
-    // give it back before the arena is taken, so the two never peak together.
-    options.fallback->trim();
+    // give it back before a larger arena is taken, so the two never peak together. An arena that
+    // holds the plan already takes nothing new: the fallback keeps its cache for the steps the
+    // plan does not serve (a serving loop's prefill between decode steps; trimming it at every
+    // re-plan made each prefill fault its segments in again).
+    const bool grows = sp.arena_size > 0 &&
+                       (current_arena == kNoArena || arenas[current_arena].size < sp.arena_size);
+    if (grows) options.fallback->trim();
     if (!ensure_arena(sp.arena_size)) return;
     sp.last_used = ++use_clock;
     // The same sequence replaces its old plan; otherwise the least recently used plan goes.

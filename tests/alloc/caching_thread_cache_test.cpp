@@ -199,7 +199,8 @@ TEST(CachingPool, OomLadderFreesTheLargestOversizeBlocksUntilEnough) {
 }
 
 // With cache_decay_ms above 0, a free that empties a segment while the cache exceeds both what is
-// allocated and 64 MiB gives the segment back at once; with 0 (PyTorch's behaviour) it stays.
+// allocated and 64 MiB gives cached segments back at once, the longest free first, until it does
+// not; with 0 (PyTorch's behaviour) they stay.
 TEST(CachingPool, AFreeThatLeavesMostOfTheCacheUnusedGivesItsSegmentBack) {
   for (const std::size_t decay_ms : {std::size_t{10000}, std::size_t{0}}) {
     CachingOptions o;
@@ -209,11 +210,36 @@ TEST(CachingPool, AFreeThatLeavesMostOfTheCacheUnusedGivesItsSegmentBack) {
     void* p = a.allocate(70 * kMiB);
     a.deallocate(p);  // cache 70 MiB, allocated 70 MiB: not larger, so it stays
     EXPECT_EQ(a.stats().reserved_bytes.all.current, static_cast<std::int64_t>(140 * kMiB));
-    a.deallocate(keep);  // cache 140 MiB, allocated 0: this segment goes back
+    a.deallocate(keep);  // cache 140 MiB, allocated 0: p's segment, then (70 > 64) keep's go back
     EXPECT_EQ(a.stats().reserved_bytes.all.current,
-              static_cast<std::int64_t>((decay_ms != 0 ? 70 : 140) * kMiB))
+              static_cast<std::int64_t>((decay_ms != 0 ? 0 : 140) * kMiB))
         << "cache_decay_ms " << decay_ms;
   }
+}
+
+// The stale cache goes first: a segment that a loop empties and fills again every period stays
+// cached (no device call, no page faulted in again), where giving back the segment just emptied
+// made every period map it anew (vLLM's prefill step: 1536 faults each at 32 sequences).
+TEST(CachingPool, ASegmentEmptiedEveryPeriodStaysWhileStaleCacheGoesBack) {
+  CachingOptions o;
+  o.decay_ms = 10000;
+  CachingAllocator a(device::make_host_device(), o);
+  void* live = a.allocate(30 * kMiB);      // held throughout (the KV cache)
+  void* loading = a.allocate(100 * kMiB);  // a buffer of the start-up
+  void* stale = a.allocate(70 * kMiB);
+  a.deallocate(stale);    // cache 70 MiB, allocated 130: kept
+  a.deallocate(loading);  // cache 170, allocated 30: the stale 70 goes first, then the 100
+  EXPECT_EQ(a.stats().reserved_bytes.all.current, static_cast<std::int64_t>(30 * kMiB));
+  const auto maps = a.stats().num_device_alloc;
+  for (int period = 0; period < 5; ++period) {  // the prefill's blocks, freed each period
+    void* p = a.allocate(4 * kMiB);
+    void* q = a.allocate(700 * 1024);
+    a.deallocate(p);
+    a.deallocate(q);
+  }
+  EXPECT_LE(a.stats().num_device_alloc, maps + 2) << "the period's segments are mapped once";
+  EXPECT_EQ(a.stats().num_device_free, 2);
+  a.deallocate(live);
 }
 
 }  // namespace

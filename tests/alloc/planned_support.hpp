@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cstdint>
@@ -78,6 +79,7 @@ class MallocAllocator : public alloc::Allocator {
   }
   alloc::Stats do_stats() const override { return {}; }
   void do_reset_peak() override {}
+  void do_trim() override { ++trims_; }
   std::string do_describe() const override { return "malloc"; }
   alloc::LiveBlock do_block(const void* p) const override {
     std::lock_guard lock(mutex_);
@@ -88,6 +90,7 @@ class MallocAllocator : public alloc::Allocator {
     std::lock_guard lock(mutex_);
     return live_.size();
   }
+  std::size_t trims() const { return trims_.load(); }  // trim() calls the planner made
   std::size_t calls() const {
     std::lock_guard lock(mutex_);
     return calls_;
@@ -97,6 +100,7 @@ class MallocAllocator : public alloc::Allocator {
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> live_;
   std::size_t calls_ = 0;
+  std::atomic<std::size_t> trims_{0};
 };
 
 struct TraceEvent {

@@ -198,6 +198,36 @@ TEST(PlannedArena, PlanLimitDropsLeastRecentlyUsed) {
   free_all(a, checker);
 }
 
+// A plan installed in an arena that holds it already leaves the fallback's cache alone: the
+// steps the plan does not serve (a serving loop's prefill between its decode steps) keep their
+// cached blocks, where trimming at every re-plan made each prefill map and fault them again. A
+// plan that needs a larger arena still trims first, so the two never peak together.
+TEST(PlannedArena, AReplanThatFitsTheArenaKeepsTheFallbacksCache) {
+  Fixture f;
+  PlannedOptions o = f.options();
+  o.mismatch_limit = 2;
+  PlannedAllocator a(o);
+  auto step = [&](std::vector<std::size_t> sizes) {
+    a.begin_step();
+    std::vector<void*> ps;
+    for (auto s : sizes) ps.push_back(a.allocate(s));
+    for (auto p : ps) a.deallocate(p);
+    a.end_step();
+  };
+  const std::vector<std::size_t> large = {5 << 16, 1 << 16, 7 << 16, 1 << 16},
+                                 small = {1 << 16, 3 << 16, 1 << 16};
+  for (int i = 0; i < 3; ++i) step(large);
+  ASSERT_EQ(a.planned_stats().plans_made, 1u);
+  EXPECT_EQ(f.fallback->trims(), 1u);  // the first arena is taken
+  for (int i = 0; i < 3; ++i) step(small);
+  ASSERT_EQ(a.planned_stats().replans, 1u);
+  EXPECT_EQ(f.fallback->trims(), 1u) << "the smaller plan fits the arena: nothing trimmed";
+  const std::vector<std::size_t> larger = {9 << 16, 9 << 16, 9 << 16};
+  for (int i = 0; i < 3; ++i) step(larger);
+  ASSERT_EQ(a.planned_stats().replans, 2u);
+  EXPECT_EQ(f.fallback->trims(), 2u) << "a larger arena: the fallback trimmed first";
+}
+
 TEST(PlannedArena, ReplansAfterMismatchLimit) {
   Fixture f;
   PlannedOptions o = f.options();

@@ -123,14 +123,24 @@ void CachingAllocator::Impl::return_block(Block* b, bool count_free) {
   Block* merged = coalesce(b);
   pool_insert(merged);
   // A free that empties a whole segment while the cache is larger than what is live (and than
-  // a floor of 64 MiB) gives that segment back at once: a process that dropped most of its
-  // memory does not keep it for cache_decay_ms. cache_decay_ms:0 keeps PyTorch's behaviour
-  // (nothing goes back before empty_cache).
-  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all.current);
-  const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
-  if (count_free && options_.decay_ms != 0 && releasable(merged) &&
-      reserved - allocated > std::max<std::size_t>(64u << 20, allocated))
-    release_block(merged);
+  // a floor of 64 MiB) gives cached segments back at once, the longest free first, until it is
+  // not: a process that dropped most of its memory does not keep it for cache_decay_ms, and a
+  // segment a loop empties and fills again each period (vLLM's prefill step) stays while stale
+  // cache goes (giving back the segment just emptied made every prefill fault its pages in
+  // again). cache_decay_ms:0 keeps PyTorch's behaviour (nothing goes back before empty_cache).
+  auto over = [&] {
+    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.all.current);
+    const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
+    return reserved - allocated > std::max<std::size_t>(64u << 20, allocated);
+  };
+  if (!count_free || options_.decay_ms == 0 || !releasable(merged) || !over()) return;
+  std::vector<Block*> blocks = releasable_blocks();
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block* a, const Block* c) { return a->free_tick < c->free_tick; });
+  for (Block* old : blocks) {
+    if (!over()) break;
+    release_block(old);
+  }
 }
 
 bool CachingAllocator::Impl::within_allowed(std::size_t bytes) const {
