@@ -205,6 +205,13 @@ TEST(Devices, AscendProductsAndAliases) {
   EXPECT_EQ(d[3].kind, "cpu");
   EXPECT_EQ(accelerator("910b2").hami_memory, "huawei.com/Ascend910B2-memory");
   EXPECT_EQ(accelerator("910B4").templates.size(), 2u);
+  // the 64 GB 910B4 by its SoC name, with HAMi's resources
+  d = parse_devices("2x910B4-1");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[1].kind, "910B4-1");
+  EXPECT_EQ(d[1].bytes, 65536 * kMiB);
+  EXPECT_EQ(accelerator("910b4-1").hami_resource, "huawei.com/Ascend910B4-1");
+  EXPECT_TRUE(accelerator("910B4-1").templates.empty());
   auto says = [](const std::string& spec) {
     try {
       parse_devices(spec);
@@ -216,9 +223,10 @@ TEST(Devices, AscendProductsAndAliases) {
   const std::string family = says("2x910B");
   EXPECT_NE(family.find("a family, not a product"), std::string::npos) << family;
   EXPECT_NE(family.find("910B4"), std::string::npos) << family;
-  const std::string unknown = says("2x910C");
-  EXPECT_NE(unknown.find("'910C' is neither a device kind (known: 910A, 910B3, 910B2, 910B4, "
-                         "310P=310P3, gpu=cuda, cpu=host)"),
+  EXPECT_EQ(parse_devices("2x910C")[0].bytes, 65536 * kMiB);  // one die of an A3 package
+  const std::string unknown = says("2x950");
+  EXPECT_NE(unknown.find("'950' is neither a device kind (known: 910A, 910B3, 910B2, 910B4, "
+                         "910B4-1, 910C, 310P=310P3, gpu=cuda, cpu=host)"),
             std::string::npos)
       << unknown;
   EXPECT_NE(says("2x512B").find("nor a size of at least 1 MiB"), std::string::npos);

@@ -22,22 +22,22 @@ namespace modelmem::sizing {
 /// A static vNPU template of an Ascend chip (docs/fleet.md gives the sources): its memory as
 /// HAMi accounts it, its AI cores, and the Ascend device plugin's resource name for it.
 struct VnpuTemplate {
-  std::string name;      ///< "vir02"
-  std::size_t mib = 0;   ///< memory in MiB
-  int ai_cores = 0;      ///< AI cores
-  std::string resource;  ///< "huawei.com/Ascend910-2c"
+  std::string name = {};  ///< "vir02"
+  std::size_t mib = 0;    ///< memory in MiB
+  int ai_cores = 0;       ///< AI cores
+  std::string resource;   ///< "huawei.com/Ascend910-2c"
 };
 
 /// An accelerator model and the names schedulers give it.
 struct Accelerator {
-  std::string name;             ///< "910A", "910B3", "310P", "gpu", "cpu"
-  bool ascend = false;          ///< Ascend NPU (torch_npu) or NVIDIA GPU (PyTorch CUDA)
-  std::size_t mib = 0;          ///< memory a scheduler hands out, MiB (0: must be given)
-  std::string hami_resource;    ///< "huawei.com/Ascend910A", "nvidia.com/gpu"
-  std::string hami_memory;      ///< "huawei.com/Ascend910A-memory", "nvidia.com/gpumem"
-  std::string plugin_resource;  ///< the whole device under the vendor's plugin
-  std::string dra_driver;       ///< the DRA driver a DeviceClass selects ("" : none assumed)
-  std::vector<VnpuTemplate> templates;  ///< smallest first; empty for GPUs
+  std::string name = {};             ///< "910A", "910B3", "310P", "gpu", "cpu"
+  bool ascend = false;               ///< Ascend NPU (torch_npu) or NVIDIA GPU (PyTorch CUDA)
+  std::size_t mib = 0;               ///< memory a scheduler hands out, MiB (0: must be given)
+  std::string hami_resource = {};    ///< "huawei.com/Ascend910A", "nvidia.com/gpu"
+  std::string hami_memory = {};      ///< "huawei.com/Ascend910A-memory", "nvidia.com/gpumem"
+  std::string plugin_resource = {};  ///< the whole device under the vendor's plugin
+  std::string dra_driver = {};       ///< the DRA driver a DeviceClass selects ("" : none assumed)
+  std::vector<VnpuTemplate> templates = {};  ///< smallest first; empty for GPUs
   /// The allocator stack that serves a model on it, and the default memory outside it:
   /// npu (torch_npu with modelmem's NPU library), cuda (PyTorch CUDA), host (the "cpu" kind: a
   /// host budget that PyTorch reaches through the LD_PRELOAD library; no scheduler resource).
