@@ -184,6 +184,102 @@ int run_plan(const PlanArgs& args) {
   return dn.fits() ? 0 : 1;
 }
 
+// The three commands that share plan's options: `plan` (one model, or several sharing a
+// device), `fit` (the largest value of a dim) and `serve` (a decoder's serving plan, which reads
+// only the options marked below).
+enum class Form { kPlan, kFit, kServe };
+
+void add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
+  const bool graph = form != Form::kServe;  // options of the ONNX planner (not `serve`)
+  if (graph) cmd->add_option("--dim", a.dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
+  if (graph)
+    cmd->add_option(
+           "--solver", a.solver,
+           "Solver: " +
+               [] {
+                 std::string s;
+                 for (const auto& n : plan::solver_names()) s += n + ", ";
+                 return s + "or all";
+               }())
+        ->capture_default_str();
+  if (graph)
+    cmd->add_option("--order", a.order, "Execution order: stored or memory (search a lower peak)")
+        ->check(CLI::IsMember({"stored", "memory"}))
+        ->capture_default_str();
+  cmd->add_option("--runtime", a.runtime,
+                  "static or eager: plan for a static executor with in-place reuse (static: ONNX "
+                  "Runtime, a compiled graph) or for PyTorch-style eager execution (eager: "
+                  "PyTorch, torch_npu); both figures are printed. Default: eager with "
+                  "--device-memory (the quotas are for PyTorch), else static");
+  cmd->add_option("--dtype", a.dtype,
+                  "fp32 (as stored), fp16 or bf16: plan float32 activations and weights at that "
+                  "width")
+      ->capture_default_str();
+  if (graph)
+    cmd->add_flag("--keep-weights-dtype", a.keep_weights_dtype,
+                  "With --dtype: convert the activations only, weights as stored");
+  if (graph)
+    cmd->add_option("--align", a.alignment, "Buffer alignment and size rounding in bytes")
+        ->capture_default_str();
+  if (graph) cmd->add_option("--buckets", a.buckets, "Plan per bucket of one dim: DIM=V1,V2,... ");
+  cmd->add_option("--lengths", a.lengths,
+                  "Request lengths, one per line: padding waste of the buckets");
+  if (graph)
+    cmd->add_option("--safety", a.safety,
+                    "Static pool = (weights + arena) x F, beside the seed preset; with "
+                    "--device-memory, each model's quota");
+  cmd->add_option("--device-memory", a.device_memory,
+                  "Share a device of SIZE (16GiB, 512MiB, bytes) among the models: each one's "
+                  "need, the fit, the headroom and per-model configuration strings");
+  cmd->add_option("--strategy", a.strategy,
+                  "The strategy whose need sizes every quota, total and fit: caching, static, "
+                  "planned, expandable or a configuration string (default: what `modelmem run` "
+                  "builds, strategy:caching)");
+  cmd->add_option("--overhead", a.overhead,
+                  "Device memory outside the allocator (runtime context, library workspaces): a "
+                  "size (512MiB) or a fraction of --device-memory (0.05, 5%); default per "
+                  "--device-kind");
+  cmd->add_option("--device-kind", a.device_kind,
+                  "cuda, npu or host: the device the plan is for, its default --overhead (cuda, "
+                  "npu: 1 GiB; host: 0)")
+      ->capture_default_str();
+  if (form == Form::kPlan)
+    cmd->add_option("--fit", a.fit,
+                    "The largest value of this dim (batch, seq, ...) whose need fits "
+                    "--device-memory, for every model together; the need there and one above");
+  if (form != Form::kServe)
+    cmd->add_flag("--fit-each", a.fit_each, "With --fit: each model's largest value alone");
+  if (form != Form::kServe)
+    cmd->add_option("--fit-every-max", a.fit_every_max,
+                    "With --fit: plan each value from 1 up to the one found, at most this many, "
+                    "for the answer that every value up to it fits (0: the single value only)")
+        ->capture_default_str();
+  cmd->add_option("--json", a.json, "Write the plan as JSON (the runtime's plan: key reads it)");
+  if (graph) cmd->add_option("--html", a.html, "Write a self-contained HTML picture of the plan");
+  if (graph)
+    cmd->add_option("--time-limit", a.time_limit, "Seconds for searching solvers (exact, best)")
+        ->capture_default_str();
+  if (graph)
+    cmd->add_option("--show-live", a.show_live, "Live buffers listed at the peak")
+        ->capture_default_str();
+  if (graph)
+    cmd->add_flag("--no-in-place", a.no_in_place,
+                  "Do not let elementwise ops write into a dying input");
+  if (graph)
+    cmd->add_flag("--no-alias", a.no_alias, "Do not let view ops share their input's memory");
+  if (graph)
+    cmd->add_flag("--no-conv-workspace", a.no_conv_workspace,
+                  "Eager figure without the copies PyTorch's CPU convolution (oneDNN) makes of a "
+                  "Conv's input and weights (kernels larger than 1x1)");
+  cmd->add_flag("--ignore-model-limits", a.ignore_model_limits,
+                "Plan dims past the model's limits (a position table's rows) instead of refusing "
+                "them");
+  if (graph)
+    cmd->add_flag("--no-module-scopes", a.no_module_scopes,
+                  "Eager figure without holding a PyTorch module's arguments until it returns "
+                  "(scopes read from torch.onnx node names)");
+}
+
 void setup_plan(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd =
@@ -191,80 +287,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_option("model", args->models,
                   "ONNX model file (weights embedded, external or absent); several with "
                   "--device-memory");
-  cmd->add_option("--dim", args->dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
-  cmd->add_option(
-         "--solver", args->solver,
-         "Solver: " +
-             [] {
-               std::string s;
-               for (const auto& n : plan::solver_names()) s += n + ", ";
-               return s + "or all";
-             }())
-      ->capture_default_str();
-  cmd->add_option("--order", args->order, "Execution order: stored or memory (search a lower peak)")
-      ->check(CLI::IsMember({"stored", "memory"}))
-      ->capture_default_str();
-  cmd->add_option("--runtime", args->runtime,
-                  "static or eager: plan for a static executor with in-place reuse (static: ONNX "
-                  "Runtime, a compiled graph) or for PyTorch-style eager execution (eager: "
-                  "PyTorch, torch_npu); both figures are printed. Default: eager with "
-                  "--device-memory (the quotas are for PyTorch), else static");
-  cmd->add_option("--dtype", args->dtype,
-                  "fp32 (as stored), fp16 or bf16: plan float32 activations and weights at that "
-                  "width")
-      ->capture_default_str();
-  cmd->add_flag("--keep-weights-dtype", args->keep_weights_dtype,
-                "With --dtype: convert the activations only, weights as stored");
-  cmd->add_option("--align", args->alignment, "Buffer alignment and size rounding in bytes")
-      ->capture_default_str();
-  cmd->add_option("--buckets", args->buckets, "Plan per bucket of one dim: DIM=V1,V2,... ");
-  cmd->add_option("--lengths", args->lengths,
-                  "Request lengths, one per line: padding waste of the buckets");
-  cmd->add_option("--safety", args->safety,
-                  "Static pool = (weights + arena) x F, beside the seed preset; with "
-                  "--device-memory, each model's quota");
-  cmd->add_option("--device-memory", args->device_memory,
-                  "Share a device of SIZE (16GiB, 512MiB, bytes) among the models: each one's "
-                  "need, the fit, the headroom and per-model configuration strings");
-  cmd->add_option("--strategy", args->strategy,
-                  "The strategy whose need sizes every quota, total and fit: caching, static, "
-                  "planned, expandable or a configuration string (default: what `modelmem run` "
-                  "builds, strategy:caching)");
-  cmd->add_option("--overhead", args->overhead,
-                  "Device memory outside the allocator (runtime context, library workspaces): a "
-                  "size (512MiB) or a fraction of --device-memory (0.05, 5%); default per "
-                  "--device-kind");
-  cmd->add_option("--device-kind", args->device_kind,
-                  "cuda, npu or host: the device the plan is for, its default --overhead (cuda, "
-                  "npu: 1 GiB; host: 0)")
-      ->capture_default_str();
-  cmd->add_option("--fit", args->fit,
-                  "The largest value of this dim (batch, seq, ...) whose need fits "
-                  "--device-memory, for every model together; the need there and one above");
-  cmd->add_flag("--fit-each", args->fit_each, "With --fit: each model's largest value alone");
-  cmd->add_option("--fit-every-max", args->fit_every_max,
-                  "With --fit: plan each value from 1 up to the one found, at most this many, "
-                  "for the answer that every value up to it fits (0: the single value only)")
-      ->capture_default_str();
-  cmd->add_option("--json", args->json,
-                  "Write the plan as JSON (the runtime's plan: key reads it)");
-  cmd->add_option("--html", args->html, "Write a self-contained HTML picture of the plan");
-  cmd->add_option("--time-limit", args->time_limit, "Seconds for searching solvers (exact, best)")
-      ->capture_default_str();
-  cmd->add_option("--show-live", args->show_live, "Live buffers listed at the peak")
-      ->capture_default_str();
-  cmd->add_flag("--no-in-place", args->no_in_place,
-                "Do not let elementwise ops write into a dying input");
-  cmd->add_flag("--no-alias", args->no_alias, "Do not let view ops share their input's memory");
-  cmd->add_flag("--no-conv-workspace", args->no_conv_workspace,
-                "Eager figure without the copies PyTorch's CPU convolution (oneDNN) makes of a "
-                "Conv's input and weights (kernels larger than 1x1)");
-  cmd->add_flag("--ignore-model-limits", args->ignore_model_limits,
-                "Plan dims past the model's limits (a position table's rows) instead of refusing "
-                "them");
-  cmd->add_flag("--no-module-scopes", args->no_module_scopes,
-                "Eager figure without holding a PyTorch module's arguments until it returns "
-                "(scopes read from torch.onnx node names)");
+  add_plan_options(cmd, *args, Form::kPlan);
   auto serve = add_serve_options(cmd);
   cmd->callback([args, serve, cmd, &exit_code] {
     if (serve->model.empty()) {
@@ -282,6 +305,43 @@ void setup_plan(CLI::App& app, int& exit_code) {
 }
 
 CommandRegistration plan_registration(30, &setup_plan);
+
+// `modelmem fit DIM MODEL...`: what `plan MODEL... --fit DIM` prints (that form stays).
+void setup_fit(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand(
+      "fit", "The largest value of a dim (batch, seq, ...) whose need fits --device-memory");
+  cmd->add_option("dim", args->fit, "The dim to grow: batch, seq, ...")->required();
+  cmd->add_option("model", args->models, "ONNX model file(s): their needs fit together")
+      ->required();
+  add_plan_options(cmd, *args, Form::kFit);
+  cmd->callback([args, &exit_code] {
+    if (args->device_memory.empty())
+      throw InvalidInput("fit: give --device-memory SIZE (16GiB): the device to fit");
+    exit_code = run_plan(*args);
+  });
+}
+
+CommandRegistration fit_registration(31, &setup_fit);
+
+// `modelmem serve MODEL`: what `plan --serve MODEL` prints (that form stays).
+void setup_serve(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand(
+      "serve",
+      "The serving plan of a decoder LLM on a device: KV cache, capacity, engine settings");
+  add_plan_options(cmd, *args, Form::kServe);
+  auto serve = add_serve_options(cmd, /*as_flag=*/false);
+  cmd->callback([args, serve, cmd, &exit_code] {
+    sizing::parse_backend(args->device_kind);
+    exit_code = run_plan_serve(
+        *serve, {args->device_memory, cmd->count("--dtype") ? args->dtype : "", args->lengths,
+                 args->json, cmd->count("--runtime") ? args->runtime : "", args->strategy,
+                 args->overhead, args->device_kind, args->ignore_model_limits});
+  });
+}
+
+CommandRegistration serve_registration(32, &setup_serve);
 
 }  // namespace
 }  // namespace modelmem::tools

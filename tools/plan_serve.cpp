@@ -43,13 +43,16 @@ std::size_t device_memory(const std::string& text) {
 
 }  // namespace
 
-std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
+std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd, bool as_flag) {
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option(
-      "--serve", a->model,
+  const std::string what =
       "Serving plan of a decoder LLM: an ONNX export with its KV cache or a Hugging "
       "Face checkpoint folder (config.json + *.safetensors, weights not read) or a GGUF "
-      "file (metadata and tensor infos); needs --device-memory");
+      "file (metadata and tensor infos); needs --device-memory";
+  if (as_flag)
+    cmd->add_option("--serve", a->model, what);
+  else
+    cmd->add_option("model", a->model, what)->required();
   cmd->add_option("--context", a->context,
                   "--serve: tokens per request (prompt + output; default the model's max "
                   "positions, else 8192)")
@@ -89,6 +92,16 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd) {
   cmd->add_option("--engine-fraction", a->engine_fraction,
                   "--serve: the engines' memory fraction their own formula is shown at")
       ->capture_default_str();
+  if (!as_flag)  // `modelmem serve`: its options need no "--serve:" in their help
+    for (CLI::Option* opt : cmd->get_options()) {
+      std::string d = opt->get_description();
+      for (const std::string prefix : {"--serve: ", "--serve with a checkpoint: "})
+        if (d.rfind(prefix, 0) == 0) {
+          d = d.substr(prefix.size());
+          if (prefix.size() > 9) d = "with a checkpoint: " + d;
+          opt->description(d);
+        }
+    }
   return a;
 }
 

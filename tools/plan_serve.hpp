@@ -40,7 +40,9 @@ struct PlanShared {
   bool ignore_model_limits = false;  ///< --ignore-model-limits: a context past the positions
 };
 
-std::shared_ptr<ServeArgs> add_serve_options(CLI::App* plan);
+/// The serving options, on `plan` (`as_flag`: the model is --serve MODEL) or on `serve` (the
+/// model is the positional argument).
+std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd, bool as_flag = true);
 int run_plan_serve(const ServeArgs& args, const PlanShared& shared);
 
 }  // namespace modelmem::tools

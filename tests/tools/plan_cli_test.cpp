@@ -268,6 +268,43 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
   EXPECT_NE(r.out.find("no value of batch fits"), std::string::npos) << r.out;
 }
 
+// One command per product: `fit DIM MODEL...` and `serve MODEL` print what `plan MODEL --fit DIM`
+// and `plan --serve MODEL` print (both forms stay), and refuse a missing model or device in one
+// line; `serve` takes only the options the serving plan reads.
+TEST_F(PlanCli, FitAndServeCommandsPrintWhatPlansFitAndServeFormsPrint) {
+  const std::string fit_args =
+      " --device-memory 64MiB --runtime eager --solver greedy-size --device-kind host "
+      "--fit-every-max 64";
+  CliRun old_fit = tool("plan " + model("tiny.onnx") + " --fit n" + fit_args);
+  CliRun new_fit = tool("fit n " + model("tiny.onnx") + fit_args);
+  ASSERT_EQ(old_fit.code, 0) << old_fit.err;
+  EXPECT_EQ(new_fit.code, old_fit.code) << new_fit.err;
+  const auto untimed = [](const std::string& text) {  // the "probes ... in S s" line left out
+    std::istringstream in(text);
+    std::string out;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("probes", 0) != 0) out += line + "\n";
+    return out;
+  };
+  EXPECT_EQ(untimed(new_fit.out), untimed(old_fit.out));
+  EXPECT_NE(new_fit.out.find("fit            n="), std::string::npos) << new_fit.out;
+  const std::string serve_args =
+      " --device-memory 64MiB --context 512 --max-num-seqs 16 --max-batched-tokens 64 "
+      "--overhead 0";
+  CliRun old_serve = tool("plan --serve " + model("gpt2_decoder.onnx") + serve_args);
+  CliRun new_serve = tool("serve " + model("gpt2_decoder.onnx") + serve_args);
+  ASSERT_EQ(old_serve.code, 0) << old_serve.err;
+  EXPECT_EQ(new_serve.code, 0) << new_serve.err;
+  EXPECT_EQ(new_serve.out, old_serve.out);
+  EXPECT_NE(new_serve.out.find("engine settings"), std::string::npos) << new_serve.out;
+  expect_rejected("fit batch " + model("tiny.onnx"), "fit: give --device-memory SIZE");
+  expect_rejected("fit batch --device-memory 1GiB", "model is required");
+  expect_rejected("serve --device-memory 1GiB", "model is required");
+  expect_rejected("serve " + model("gpt2_decoder.onnx") + " --device-memory 64MiB --solver best",
+                  "not expected");
+  expect_rejected("serve " + model("gpt2_decoder.onnx"), "needs --device-memory");
+}
+
 TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   const std::string tiny = model("tiny.onnx") + " --dim n=1";
   fs::path bad = write("bad.txt", "12\nnot-a-length\n");
