@@ -23,14 +23,15 @@ from . import _modelmem  # noqa: E402
 from ._modelmem import (Advice, AllocationSite, Analysis, BucketPlan, DevicePlan, Fit, FitEach,
                         MemoryLogger, Placement, Plan, PlannedTensor, Pool, StepStats, Trace,
                         TraceRecording, config, config_keys, config_report, fit, info,
-                        info_report, place, plan, plan_device, plan_serving, pool, solve,
-                        solver_names)
+                        info_report, place, plan, plan_device, pool, solve, solver_names)
+from ._serving import ServingPlan, plan_serving  # noqa: E402
 
 __all__ = [
     "Advice", "AllocationSite", "Analysis", "BucketPlan", "ConfigError",
     "CudaAllocatorUnavailable", "DevicePlan", "Error", "Fit", "FitEach", "InvalidInputError",
     "MemoryLogger", "NpuAllocatorUnavailable", "OutOfMemoryError", "Placement", "Plan",
-    "PlannedTensor", "Pool", "QuotaExceededError", "StepStats", "Trace", "TraceRecording",
+    "PlannedTensor", "Pool", "QuotaExceededError", "ServingPlan", "StepStats", "Trace",
+    "TraceRecording",
     "UnsupportedError", "config", "config_keys", "config_report", "fit", "info", "info_report",
     "library_path", "place", "plan", "plan_device", "plan_serving", "pool", "solve",
     "solver_names", "torch",

@@ -148,6 +148,44 @@ def fit(paths: Union[_Path, Sequence[_Path]], dim: str, device_memory: _Size, di
 def solve(problem: Union[_Path, Sequence[Tuple[int, int, int]]], solver: str = "best",
           capacity: Optional[int] = None, time_limit: float = 10) -> Plan: ...
 def solver_names() -> List[str]: ...
+class ServingPlan(Dict[str, Any]):
+    """The fields of `modelmem serve --json`, as attributes and keys."""
+    model: str
+    source: str
+    device_memory_bytes: int
+    tp: int
+    context: int
+    block_size: int
+    weights_bytes: int
+    activation_bytes: int
+    activation_peak_bytes: int
+    decode_activation_bytes: int
+    decode_batch: int
+    prefill_activation_bytes: int
+    prefill_tokens: int
+    activation_source: str
+    strategy: str
+    need_bytes: int
+    need_replay_bytes: int
+    order_slack_bytes: int
+    peak_reserved_bytes: int
+    overhead_bytes: int
+    overhead_source: str
+    kv_bytes_per_token: int
+    kv_element_bytes: int
+    kv_layers: Dict[str, Any]
+    kv_block_bytes: int
+    kv_cache_bytes: int
+    kv_blocks: int
+    kv_tokens: int
+    sequence_bytes: int
+    max_concurrency: float
+    max_sequences: int
+    max_context: int
+    max_context_capped: bool
+    engines: Dict[str, Dict[str, str]]
+    engine_formulas: Dict[str, Any]
+
 def plan_serving(model: _Path, device_memory: Union[int, str], context: int = 0,
                  block_size: int = 16, max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                  dtype: Optional[str] = None, kv_dtype: Optional[str] = None, tp: int = 1,
@@ -155,7 +193,8 @@ def plan_serving(model: _Path, device_memory: Union[int, str], context: int = 0,
                  mean_context: Optional[float] = None, kv: Sequence[str] = (),
                  onnx: Optional[_Path] = None, runtime: str = "eager",
                  strategy: Optional[str] = None, device_kind: str = "cuda",
-                 kv_window: Sequence[str] = ()) -> Dict[str, Any]: ...
+                 kv_window: Sequence[str] = (), engine: Optional[str] = None,
+                 ignore_model_limits: bool = False) -> ServingPlan: ...
 
 class Placement:
     fits: bool
@@ -171,8 +210,8 @@ class Placement:
 
 def place(models: Union[str, Sequence[str]], devices: str, dims: Mapping[str, int] = ...,
           dtype: str = "fp32", runtime: Optional[str] = None, replicas: int = 1, exact_limit: int = 12,
-          templates: bool = True, spread: bool = True, strategy: str = "",
-          overhead: str = "") -> Placement: ...
+          templates: bool = True, spread: bool = True, strategy: Optional[str] = None,
+          overhead: Optional[str] = None) -> Placement: ...
 
 class Advice:
     topic: str

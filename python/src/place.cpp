@@ -20,8 +20,9 @@ using sizing::Placement;
 Placement place(const std::variant<std::string, std::vector<std::string>>& models,
                 const std::string& devices, const std::map<std::string, std::int64_t>& dims,
                 const std::string& dtype, const std::optional<std::string>& runtime, int replicas,
-                std::size_t exact_limit, bool templates, bool spread, const std::string& strategy,
-                const std::string& overhead) {
+                std::size_t exact_limit, bool templates, bool spread,
+                const std::optional<std::string>& strategy,
+                const std::optional<std::string>& overhead) {
   std::vector<sizing::ModelSpec> specs;
   if (const auto* file = std::get_if<std::string>(&models)) {
     if (!dims.empty() || dtype != "fp32" || runtime || replicas != 1)
@@ -34,8 +35,8 @@ Placement place(const std::variant<std::string, std::vector<std::string>>& model
                                       model::parse_runtime(runtime.value_or("eager")), replicas);
   }
   sizing::PlaceOptions o;
-  o.strategy = strategy;
-  o.overhead = overhead;
+  o.strategy = strategy.value_or("");  // None: not given (as "", kept for old callers)
+  o.overhead = overhead.value_or("");
   sizing::validate_sizing({}, o);
   o.exact_limit = exact_limit;
   o.templates = templates;
@@ -149,12 +150,12 @@ void bind_place(py::module_& m) {
   m.def("place", &place, py::arg("models"), py::arg("devices"),
         py::arg("dims") = std::map<std::string, std::int64_t>{}, py::arg("dtype") = "fp32",
         py::arg("runtime") = py::none(), py::arg("replicas") = 1, py::arg("exact_limit") = 12,
-        py::arg("templates") = true, py::arg("spread") = true, py::arg("strategy") = "",
-        py::arg("overhead") = "",
+        py::arg("templates") = true, py::arg("spread") = true, py::arg("strategy") = py::none(),
+        py::arg("overhead") = py::none(),
         R"(Places every replica of several models on devices, as `modelmem place` does.
 models: a models file (YAML or JSON) or a list of ONNX files (with dims, dtype, runtime and
 replicas for all of them); devices: "8x910A", "8x64GiB", "2x8x910A", "1x512MiB:cpu", or a nodes
-file; strategy and overhead: every model's unless its entry gives its own. Returns a
+file; strategy and overhead: every model's unless its entry gives its own (None: not given). Returns a
 Placement (fits, replicas, devices, messages, report(), emit(target), cap(i, target)). Raises
 InvalidInputError for a bad model, device list or option.)");
 }

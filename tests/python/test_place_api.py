@@ -41,6 +41,11 @@ def test_place_matches_the_command():
     assert static.replicas[0]["request"] == static.replicas[0]["need"] + (256 << 20)
     with pytest.raises(modelmem.InvalidInputError, match="--strategy"):
         modelmem.place([RESNET], "1x910A", dims={"batch": 1}, strategy="bogus")
+    # None is "not given", as everywhere in the package ("" is still taken)
+    given = modelmem.place([RESNET], "1x910A", dims={"batch": 1}, strategy=None, overhead=None)
+    assert given.report() == modelmem.place([RESNET], "1x910A", dims={"batch": 1}).report()
+    assert given.report() == modelmem.place([RESNET], "1x910A", dims={"batch": 1}, strategy="",
+                                            overhead="").report()
 
 
 def test_place_without_room_and_bad_input():

@@ -21,6 +21,12 @@ def test_plan_serving_returns_what_the_cli_writes(tmp_path):
     cli = json.loads(out.read_text())
     p = modelmem.plan_serving(DECODER, "64MiB", **ARGS)
     assert p == cli
+    # a typed object: every field an attribute too
+    assert isinstance(p, modelmem.ServingPlan)
+    assert p.kv_tokens == p["kv_tokens"] and p.engines is p["engines"]
+    assert set(dir(p)) >= set(cli)
+    with pytest.raises(AttributeError, match="no field 'kv_token'"):
+        p.kv_token  # noqa: B018
     for field in ("weights_bytes", "activation_bytes", "kv_bytes_per_token", "kv_tokens",
                   "max_concurrency", "max_context", "engines"):
         assert field in p
