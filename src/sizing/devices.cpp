@@ -278,16 +278,16 @@ ServeSpec read_serve(const json& m, const std::filesystem::path& dir, const std:
   const json& v = m["serve"];
   if (!v.is_object())
     bad_entry(path, where,
-              "serve: a mapping {context, concurrency or kv_tokens, kv_dtype, tp, block_size, "
+              "serve: a mapping {context, max_num_seqs or kv_tokens, kv_dtype, tp, block_size, "
               "max_batched_tokens, onnx}");
   only_keys(v,
-            {"context", "concurrency", "kv_tokens", "kv_dtype", "tp", "block_size",
+            {"context", "max_num_seqs", "concurrency", "kv_tokens", "kv_dtype", "tp", "block_size",
              "max_batched_tokens", "onnx"},
             path, where + " serve");
   if (m.contains("dims") || m.contains("runtime"))
     bad_entry(path, where,
               "dims and runtime are for a model placed by its plan; a served model (serve:) "
-              "takes context, concurrency or kv_tokens");
+              "takes context, max_num_seqs or kv_tokens");
   ServeSpec s;
   auto whole = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::int64_t {
     if (!v.contains(key)) return 0;
@@ -297,7 +297,11 @@ ServeSpec read_serve(const json& m, const std::filesystem::path& dir, const std:
     return v[key].get<std::int64_t>();
   };
   s.context = whole("context", 1, std::int64_t{1} << 24);
-  s.concurrency = whole("concurrency", 1, 65536);
+  // max_num_seqs, as `serve --max-num-seqs` and the engines name it; concurrency: its older name
+  if (v.contains("max_num_seqs") && v.contains("concurrency"))
+    bad_entry(path, where, "serve: max_num_seqs and concurrency are one setting: give one");
+  s.concurrency =
+      v.contains("concurrency") ? whole("concurrency", 1, 65536) : whole("max_num_seqs", 1, 65536);
   s.kv_tokens = whole("kv_tokens", 1, std::int64_t{1} << 32);
   if (v.contains("block_size")) s.block_size = whole("block_size", 1, 1024);
   if (v.contains("max_batched_tokens"))
@@ -305,7 +309,8 @@ ServeSpec read_serve(const json& m, const std::filesystem::path& dir, const std:
   if (v.contains("tp")) s.tp = static_cast<int>(whole("tp", 1, 64));
   if ((s.concurrency > 0) == (s.kv_tokens > 0))
     bad_entry(path, where,
-              "serve: give concurrency (sequences at the context) or kv_tokens, one of them");
+              "serve: give max_num_seqs (sequences at the context; also concurrency) or "
+              "kv_tokens, one of them");
   if (v.contains("kv_dtype")) s.kv_dtype = text_of(v["kv_dtype"]);
   if (m.contains("dtype")) s.dtype = text_of(m["dtype"]);
   if (v.contains("onnx")) {

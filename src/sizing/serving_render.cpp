@@ -128,8 +128,10 @@ std::string render_json_text(const ServePlan& p) {
   j["activation_peak_bytes"] = p.activation_peak_bytes;
   j["decode_activation_bytes"] = p.decode_activation_bytes;
   j["decode_batch"] = p.decode_batch;
+  j["max_num_seqs"] = p.decode_batch;  // the same, by the word the CLI and the engines use
   j["prefill_activation_bytes"] = p.prefill_activation_bytes;
   j["prefill_tokens"] = p.prefill_tokens;
+  j["max_batched_tokens"] = p.prefill_tokens;  // the same, as --max-batched-tokens
   j["activation_source"] = p.activation_source;
   if (!p.formula_note.empty()) j["activation_formula"] = p.formula_note;
   j["strategy"] = p.need.strategy;

@@ -66,6 +66,10 @@ def test_a_served_llm_and_a_cpu_budget(tmp_path):
                       "    serve: {context: 1024, concurrency: 4}\n    overhead: 512MiB\n")
     p = modelmem.place(str(models), "1x16GiB")
     assert p.report() == cli("--models", str(models), "--devices", "1x16GiB")
+    # max_num_seqs is the word (serve --max-num-seqs, the engines); concurrency its older name
+    same = tmp_path / "same.yaml"
+    same.write_text(models.read_text().replace("concurrency: 4", "max_num_seqs: 4"))
+    assert modelmem.place(str(same), "1x16GiB").report() == p.report()
     cap = p.cap(0, "hami")
     assert "--kv-cache-memory-bytes" in cap["MODELMEM_VLLM_ARGS"]
     assert cap["request"] == cap["need"] + (512 << 20)

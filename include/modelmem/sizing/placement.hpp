@@ -108,8 +108,8 @@ struct ModelSpec {
 };
 
 /// A YAML or JSON file: `models: [{name, model, dims: {d: v}, dtype, runtime, replicas,
-/// image, strategy, overhead, serve: {context, concurrency | kv_tokens, kv_dtype, tp,
-/// block_size, max_batched_tokens, onnx}}]` (model and onnx are relative to the file).
+/// image, strategy, overhead, serve: {context, max_num_seqs (or concurrency) | kv_tokens, kv_dtype,
+/// tp, block_size, max_batched_tokens, onnx}}]` (model and onnx are relative to the file).
 /// InvalidInput naming the file and the entry.
 std::vector<ModelSpec> read_models(const std::string& path);
 
