@@ -198,6 +198,15 @@ TEST(PlannedArena, PlanLimitDropsLeastRecentlyUsed) {
   free_all(a, checker);
 }
 
+// One marked step: every size allocated, then every block freed.
+void marked_step(PlannedAllocator& a, const std::vector<std::size_t>& sizes) {
+  a.begin_step();
+  std::vector<void*> ps;
+  for (auto s : sizes) ps.push_back(a.allocate(s));
+  for (auto p : ps) a.deallocate(p);
+  a.end_step();
+}
+
 // A plan installed in an arena that holds it already leaves the fallback's cache alone: the
 // steps the plan does not serve (a serving loop's prefill between its decode steps) keep their
 // cached blocks, where trimming at every re-plan made each prefill map and fault them again. A
@@ -207,13 +216,7 @@ TEST(PlannedArena, AReplanThatFitsTheArenaKeepsTheFallbacksCache) {
   PlannedOptions o = f.options();
   o.mismatch_limit = 2;
   PlannedAllocator a(o);
-  auto step = [&](std::vector<std::size_t> sizes) {
-    a.begin_step();
-    std::vector<void*> ps;
-    for (auto s : sizes) ps.push_back(a.allocate(s));
-    for (auto p : ps) a.deallocate(p);
-    a.end_step();
-  };
+  auto step = [&](const std::vector<std::size_t>& sizes) { marked_step(a, sizes); };
   const std::vector<std::size_t> large = {5 << 16, 1 << 16, 7 << 16, 1 << 16},
                                  small = {1 << 16, 3 << 16, 1 << 16};
   for (int i = 0; i < 3; ++i) step(large);
@@ -234,13 +237,7 @@ TEST(PlannedArena, ReplansAfterMismatchLimit) {
   o.mismatch_limit = 2;
   PlannedAllocator a(o);
   PatternChecker checker;
-  auto step = [&](std::vector<std::size_t> sizes) {
-    a.begin_step();
-    std::vector<void*> ps;
-    for (auto s : sizes) ps.push_back(a.allocate(s));
-    for (auto p : ps) a.deallocate(p);
-    a.end_step();
-  };
+  auto step = [&](const std::vector<std::size_t>& sizes) { marked_step(a, sizes); };
   std::vector<std::size_t> A = {1 << 16, 3 << 16, 1 << 16},
                            B = {5 << 16, 1 << 16, 7 << 16, 1 << 16};
   step(A);
