@@ -12,8 +12,10 @@ fires between a worker's steps: here the steps run as a server runs them.
 import argparse
 import os
 import resource
+import statistics
 import sys
 import tempfile
+import time
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -42,7 +44,7 @@ def main():
     params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True,
                             detokenize=False, temperature=0)
     submitted = 0
-    prefill, decode = [], []
+    prefill, decode, decode_ns = [], [], []
     for batch in range(a.warmup + a.batches):
         for _ in range(a.batch):
             ids = [(7919 * submitted + 31 * j) % 8000 + 1 for j in range(prompt)]
@@ -51,15 +53,20 @@ def main():
         first = True
         while engine.has_unfinished_requests():
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t = time.perf_counter_ns()
             engine.step()
+            t = time.perf_counter_ns() - t
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
             if batch >= a.warmup:
                 (prefill if first else decode).append(faults)
+                if not first:
+                    decode_ns.append(t)
             first = False
     busy = sorted((f for f in decode if f), reverse=True)
     print(f"prefill steps {len(prefill)}: {sum(prefill)} faults; decode steps {len(decode)}: "
-          f"{sum(decode)} faults (in {len(busy)} of them, the most {busy[0] if busy else 0})",
-          flush=True)
+          f"{sum(decode)} faults (in {len(busy)} of them, the most {busy[0] if busy else 0}); "
+          f"decode step p50 {statistics.median(decode_ns) / 1e6:.2f} ms (wall time: compare "
+          f"runs only side by side)", flush=True)
 
 
 if __name__ == "__main__":
