@@ -280,6 +280,19 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
                   "(scopes read from torch.onnx node names)");
 }
 
+// The flags of plan's that the serving plan reads, for `plan --serve` and `serve`.
+PlanShared shared_flags(const PlanArgs& a, const CLI::App& cmd) {
+  return {a.device_memory,
+          cmd.count("--dtype") ? a.dtype : "",
+          a.lengths,
+          a.json,
+          cmd.count("--runtime") ? a.runtime : "",
+          a.strategy,
+          a.overhead,
+          a.device_kind,
+          a.ignore_model_limits};
+}
+
 void setup_plan(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd =
@@ -297,10 +310,7 @@ void setup_plan(CLI::App& app, int& exit_code) {
     if (!args->models.empty())
       throw InvalidInput("--serve MODEL plans one model: give no other model");
     sizing::parse_backend(args->device_kind);  // refused as without --serve
-    exit_code = run_plan_serve(
-        *serve, {args->device_memory, cmd->count("--dtype") ? args->dtype : "", args->lengths,
-                 args->json, cmd->count("--runtime") ? args->runtime : "", args->strategy,
-                 args->overhead, args->device_kind, args->ignore_model_limits});
+    exit_code = run_plan_serve(*serve, shared_flags(*args, *cmd));
   });
 }
 
@@ -334,10 +344,7 @@ void setup_serve(CLI::App& app, int& exit_code) {
   auto serve = add_serve_options(cmd, /*as_flag=*/false);
   cmd->callback([args, serve, cmd, &exit_code] {
     sizing::parse_backend(args->device_kind);
-    exit_code = run_plan_serve(
-        *serve, {args->device_memory, cmd->count("--dtype") ? args->dtype : "", args->lengths,
-                 args->json, cmd->count("--runtime") ? args->runtime : "", args->strategy,
-                 args->overhead, args->device_kind, args->ignore_model_limits});
+    exit_code = run_plan_serve(*serve, shared_flags(*args, *cmd));
   });
 }
 

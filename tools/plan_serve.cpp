@@ -45,6 +45,9 @@ std::size_t device_memory(const std::string& text) {
 
 std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd, bool as_flag) {
   auto a = std::make_shared<ServeArgs>();
+  // On `plan` each serving option's help says it goes with --serve; `serve` needs no such word.
+  const std::string with = as_flag ? "--serve" : "";
+  auto help = [&with](const std::string& text) { return with.empty() ? text : with + ": " + text; };
   const std::string what =
       "Serving plan of a decoder LLM: an ONNX export with its KV cache or a Hugging "
       "Face checkpoint folder (config.json + *.safetensors, weights not read) or a GGUF "
@@ -54,54 +57,46 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd, bool as_flag) {
   else
     cmd->add_option("model", a->model, what)->required();
   cmd->add_option("--context", a->context,
-                  "--serve: tokens per request (prompt + output; default the model's max "
-                  "positions, else 8192)")
+                  help("tokens per request (prompt + output; default the model's max "
+                       "positions, else 8192)"))
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", a->block_size, "--serve: tokens per KV block")
+  cmd->add_option("--block-size", a->block_size, help("tokens per KV block"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--max-batched-tokens", a->max_batched_tokens,
-                  "--serve: the prefill chunk (tokens of one step) planned")
+                  help("the prefill chunk (tokens of one step) planned"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", a->max_num_seqs,
-                  "--serve: the decode batch (sequences of one step) planned")
+                  help("the decode batch (sequences of one step) planned"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--kv-dtype", a->kv_dtype,
-                  "--serve: KV cache element type: fp16, bf16, fp32, fp8 (fp8_e4m3, fp8_e5m2), "
-                  "int8 (default the model's)");
-  cmd->add_option("--tp", a->tp, "--serve: tensor-parallel ranks (weights and KV heads per rank)")
+                  help("KV cache element type: fp16, bf16, fp32, fp8 (fp8_e4m3, fp8_e5m2), "
+                       "int8 (default the model's)"));
+  cmd->add_option("--tp", a->tp, help("tensor-parallel ranks (weights and KV heads per rank)"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--mean-context", a->mean_context,
-                  "--serve: capacity for requests of this mean length (or --lengths FILE)")
+                  help("capacity for requests of this mean length (or --lengths FILE)"))
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv", a->kv,
-                  "--serve: a KV pair INPUT=OUTPUT of an ONNX decoder (repeatable; default: "
-                  "past*/present* by name)");
-  cmd->add_option("--kv-window", a->kv_window,
-                  "--serve: a sliding window of an ONNX decoder's KV cache: N (every pair) or "
-                  "NAME=N (a KV input or layer number; repeatable; default: found in the graph)");
+                  help("a KV pair INPUT=OUTPUT of an ONNX decoder (repeatable; default: "
+                       "past*/present* by name)"));
+  cmd->add_option(
+      "--kv-window", a->kv_window,
+      help("a sliding window of an ONNX decoder's KV cache: N (every pair) or "
+           "NAME=N (a KV input or layer number; repeatable; default: found in the graph)"));
   cmd->add_option("--onnx", a->onnx,
-                  "--serve with a checkpoint: plan the step activations from this ONNX export");
+                  (with.empty() ? "" : with + " ") +
+                      "with a checkpoint: plan the step activations from this ONNX export");
   cmd->add_option("--engine", a->engine,
-                  "--serve: print one engine's settings: vllm, sglang, tensorrt_llm or llama.cpp "
-                  "(default "
-                  "all; docs/serving.md has the table)");
+                  help("print one engine's settings: vllm, sglang, tensorrt_llm or llama.cpp "
+                       "(default "
+                       "all; docs/serving.md has the table)"));
   cmd->add_option("--engine-fraction", a->engine_fraction,
-                  "--serve: the engines' memory fraction their own formula is shown at")
+                  help("the engines' memory fraction their own formula is shown at"))
       ->capture_default_str();
-  if (!as_flag)  // `modelmem serve`: its options need no "--serve:" in their help
-    for (CLI::Option* opt : cmd->get_options()) {
-      std::string d = opt->get_description();
-      for (const std::string prefix : {"--serve: ", "--serve with a checkpoint: "})
-        if (d.rfind(prefix, 0) == 0) {
-          d = d.substr(prefix.size());
-          if (prefix.size() > 9) d = "with a checkpoint: " + d;
-          opt->description(d);
-        }
-    }
   return a;
 }
 

@@ -105,9 +105,13 @@ struct PlannedAllocator::Impl {
   }
 
   // Makes the current arena at least `bytes` large. Returns false when the device refuses.
+  // Whether the current arena holds `bytes` already (ensure_arena takes nothing new).
+  bool arena_holds(std::size_t bytes) const {
+    return bytes == 0 || (current_arena != kNoArena && arenas[current_arena].size >= bytes);
+  }
+
   bool ensure_arena(std::size_t bytes) {
-    if (bytes == 0) return true;
-    if (current_arena != kNoArena && arenas[current_arena].size >= bytes) return true;
+    if (arena_holds(bytes)) return true;
     std::size_t size = checked_align_up(bytes, kPage, "planned arena size");
     void* base = nullptr;
     try {
@@ -231,9 +235,7 @@ struct PlannedAllocator::Impl {
     // holds the plan already takes nothing new: the fallback keeps its cache for the steps the
     // plan does not serve (a serving loop's prefill between decode steps; trimming it at every
     // re-plan made each prefill fault its segments in again).
-    const bool grows = sp.arena_size > 0 &&
-                       (current_arena == kNoArena || arenas[current_arena].size < sp.arena_size);
-    if (grows) options.fallback->trim();
+    if (!arena_holds(sp.arena_size)) options.fallback->trim();
     if (!ensure_arena(sp.arena_size)) return;
     sp.last_used = ++use_clock;
     // The same sequence replaces its old plan; otherwise the least recently used plan goes.

@@ -403,6 +403,10 @@ struct CachingAllocator::Impl {
   bool releasable(const Block* b) const;
   std::size_t release_block(Block* b);
   std::vector<Block*> releasable_blocks();
+  // Gives back whole free segments, the longest free first, while `more()` holds (defined and
+  // used in pool.cpp).
+  template <class More>
+  void release_oldest_while(More more);
   std::size_t release_all_cached();
 
   // garbage_collection_threshold: once reserved memory passes the threshold, give back cached

@@ -112,6 +112,18 @@ Block* CachingAllocator::Impl::coalesce(Block* b) {
   return b;
 }
 
+template <class More>
+void CachingAllocator::Impl::release_oldest_while(More more) {
+  if (!more()) return;
+  std::vector<Block*> blocks = releasable_blocks();
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block* a, const Block* b) { return a->free_tick < b->free_tick; });
+  for (Block* b : blocks) {
+    if (!more()) break;
+    release_block(b);
+  }
+}
+
 // A block comes back for good (freed with no other stream pending, or synchronized).
 void CachingAllocator::Impl::return_block(Block* b, bool count_free) {
   const bool small = b->small_request;
@@ -133,14 +145,7 @@ void CachingAllocator::Impl::return_block(Block* b, bool count_free) {
     const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.all.current);
     return reserved - allocated > std::max<std::size_t>(64u << 20, allocated);
   };
-  if (!count_free || options_.decay_ms == 0 || !releasable(merged) || !over()) return;
-  std::vector<Block*> blocks = releasable_blocks();
-  std::sort(blocks.begin(), blocks.end(),
-            [](const Block* a, const Block* c) { return a->free_tick < c->free_tick; });
-  for (Block* old : blocks) {
-    if (!over()) break;
-    release_block(old);
-  }
+  if (count_free && options_.decay_ms != 0 && releasable(merged)) release_oldest_while(over);
 }
 
 bool CachingAllocator::Impl::within_allowed(std::size_t bytes) const {
@@ -222,14 +227,7 @@ void CachingAllocator::Impl::garbage_collect() {
   const auto limit = static_cast<std::size_t>(options_.garbage_collection_threshold *
                                               static_cast<double>(allowed_));
   auto reserved = [&] { return static_cast<std::size_t>(stats_.reserved_bytes.all.current); };
-  if (reserved() <= limit) return;
-  std::vector<Block*> blocks = releasable_blocks();
-  std::sort(blocks.begin(), blocks.end(),
-            [](const Block* a, const Block* b) { return a->free_tick < b->free_tick; });
-  for (Block* b : blocks) {
-    if (reserved() <= limit) break;
-    release_block(b);
-  }
+  release_oldest_while([&] { return reserved() > limit; });
 }
 
 void CachingAllocator::Impl::decay() {
