@@ -6,13 +6,14 @@ interleaved, where time-based cache decay (modelmem's cache_decay_ms, jemalloc's
 fires between a worker's steps: here the steps run as a server runs them.
 
   python3 bench/speed/vllm_step_faults.py [--batch 32] [--batches 4]
-  bench/speed/vllm_step_faults.sh   # every allocator of bench.py, one line each
+  python3 bench/speed/vllm_step_faults.py --arms build   # each configuration of bench.py
 """
 
 import argparse
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +30,24 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="batches before the counted ones")
     ap.add_argument("--batches", type=int, default=4, help="batches counted")
     ap.add_argument("--model", help="a model folder (default: made here)")
+    ap.add_argument("--arms", metavar="BUILD",
+                    help="run this script once under each configuration of bench.py (its "
+                         "LD_PRELOAD and settings, with BUILD's modelmem), one line each")
     a = ap.parse_args()
     folder = a.model
     if folder is None:
         folder = os.path.join(tempfile.mkdtemp(prefix="modelmem-vllm-"), "llama")
         bench.vllm_model(folder)
+    if a.arms:
+        argv = [sys.executable, os.path.abspath(__file__), "--model", folder, "--batch",
+                str(a.batch), "--warmup", str(a.warmup), "--batches", str(a.batches)]
+        for label, env in bench.configs(os.path.abspath(a.arms)):
+            r = subprocess.run(argv, env={**os.environ, "OMP_NUM_THREADS": "2", **env},
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            lines = r.stdout.strip().splitlines()
+            print(f"{label:<26} {lines[-1] if lines else f'failed (exit {r.returncode})'}",
+                  flush=True)
+        return
     from vllm import LLM, SamplingParams
 
     tokens, prompt = bench.VLLM_TOKENS, bench.VLLM_PROMPT
