@@ -12,6 +12,17 @@
 #include "modelmem/sizing/need.hpp"
 
 namespace modelmem::sizing {
+namespace {
+
+// The live bytes at the peak of `step` replayed alone, its requests below `min_request` left out
+// as serving_trace leaves them out (at 0: the step's own peak).
+std::size_t step_peak(const std::string& model, const ServedStep& step, std::size_t min_request) {
+  if (min_request == 0) return step.peak;
+  const trace::Trace t = serving_trace(model, {}, {&step}, min_request);
+  return trace::peak_live_bytes(t, trace::match_blocks(t));
+}
+
+}  // namespace
 
 ServingSequence serving_sequence(const ServedModel& m, const ServingLoad& load,
                                  std::size_t min_request) {
@@ -32,8 +43,8 @@ ServingSequence serving_sequence(const ServedModel& m, const ServingLoad& load,
                                                 &m.decode};
   out.trace = serving_trace(m.model, held, steps, min_request);
   out.steps = steps.size();
-  out.decode_peak = m.decode.peak;
-  out.prefill_peak = m.prefill.peak;
+  out.decode_peak = step_peak(m.model, m.decode, min_request);
+  out.prefill_peak = step_peak(m.model, m.prefill, min_request);
   out.planned = m.planned;
   return out;
 }

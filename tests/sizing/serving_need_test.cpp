@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "modelmem/core/bytes.hpp"
@@ -58,6 +61,27 @@ TEST(ServingNeed, TheSequenceHoldsTheWeightsAndTheKvCacheThenRunsStepsOfTheStepP
     if (e.kind == alloc::EventKind::kAlloc) {
       EXPECT_GE(e.size, 64u * 1024);
     }
+  // The steps' peaks are those of the blocks left in: the sequence's peak is still the weights,
+  // the KV cache and the prefill's peak, and each step replayed alone peaks at its own.
+  const trace::Blocks host_blocks = trace::match_blocks(host.trace);
+  EXPECT_EQ(trace::peak_live_bytes(host.trace, host_blocks),
+            host.weights + host.kv + host.prefill_peak);
+  const ServedModel served = serving_model(kModel, loop_options());
+  for (const auto& [step, peak] : {std::pair{&served.decode, host.decode_peak},
+                                   std::pair{&served.prefill, host.prefill_peak}}) {
+    std::size_t live = 0, most = 0;
+    std::map<std::uintptr_t, std::size_t> blocks_in;
+    for (const auto& e : step->inference.events)
+      if (e.kind == alloc::EventKind::kAlloc && e.size >= 64 * 1024) {
+        blocks_in[e.address] = e.size;
+        most = std::max(most, live += e.size);
+      } else if (e.kind == alloc::EventKind::kFree && blocks_in.count(e.address) != 0) {
+        live -= blocks_in[e.address];
+        blocks_in.erase(e.address);
+      }
+    EXPECT_EQ(peak, most);
+  }
+  EXPECT_LT(host.decode_peak, s.decode_peak);  // the decoder's step has blocks below 64 KiB
   const ServingNeed n = serving_need_on_strategy(kModel, loop_options(), load, "caching");
   EXPECT_GE(n.pool.replay_mib * kMiB, n.pool.peak_live);
   EXPECT_EQ(n.pool.order_slack, 40 * kMiB);  // the steps' requests are above 1 MiB

@@ -36,9 +36,10 @@ struct ServingLoad {
 
 struct ServingSequence {
   trace::Trace trace;
-  std::size_t weights = 0;      ///< bytes of the weight blocks
-  std::size_t kv = 0;           ///< bytes of the KV blocks
-  std::size_t decode_peak = 0;  ///< live bytes at a decode step's peak (its blocks)
+  std::size_t weights = 0;  ///< bytes of the weight blocks
+  std::size_t kv = 0;       ///< bytes of the KV blocks
+  /// Live bytes at a decode (prefill) step's peak: its blocks of min_request bytes or more.
+  std::size_t decode_peak = 0;
   std::size_t prefill_peak = 0;
   std::size_t steps = 0;  ///< steps in the sequence
   bool planned = false;   ///< steps planned from an ONNX graph (false: the checkpoint formula)
