@@ -55,6 +55,7 @@ __attribute__((visibility("default"))) int modelmem_preload_owns(const void* p) 
 __attribute__((visibility("default"))) void* malloc(size_t size) {
   if (cached_request(size)) return cache_allocate(size, 16);
   if (size >= g_threshold && ready()) return large_malloc(size);
+  count_waiting_request();
   return next_malloc(size);
 }
 

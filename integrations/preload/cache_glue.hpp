@@ -21,7 +21,11 @@
 namespace modelmem::preload {
 
 extern std::atomic<bool> g_cache_on;
-extern bool g_cache_pending;  // planned: the cache starts with the first plan (under g_mutex)
+// Planned: the cache waits for the program to settle, started by the first plan or by
+// cache_settle_check (under g_mutex); g_cache_waiting mirrors it for the small requests' path.
+extern bool g_cache_pending;
+extern std::atomic<bool> g_cache_waiting;
+extern std::string* g_cache_started;  // what started a waiting cache, for the report
 extern CacheLimits g_cache_limits;
 extern std::uintptr_t g_cache_key;  // marks blocks in a cache (double-free check)
 extern pthread_key_t g_cache_exit;  // its destructor drains an exiting thread's cache
@@ -31,6 +35,24 @@ extern __thread ThreadCache t_cache __attribute__((tls_model("initial-exec"))); 
 extern std::atomic<std::uint64_t> g_cache_hits, g_cache_misses, g_cache_passed;
 
 void flush_cache_counters(ThreadCache& c) noexcept;
+
+/// Small requests a thread makes between two looks at whether the program has settled.
+inline constexpr std::uint32_t kSettleWindow = 1u << 16;
+extern __thread std::uint32_t t_settle_count __attribute__((tls_model("initial-exec")));
+
+/// Starts the waiting cache if the program has settled: neither the C library's heap nor the
+/// peak of the strategy's live bytes grew over the last two windows of small requests (a
+/// program whose steps make no large request never gets a plan). Takes g_mutex (strategy.cpp).
+void cache_settle_check() noexcept;
+
+/// Counts a small request while the cache waits (malloc's path to the next allocator).
+__attribute__((always_inline)) inline void count_waiting_request() noexcept {
+  if (__builtin_expect(g_cache_waiting.load(std::memory_order_relaxed), 0) &&
+      ++t_settle_count >= kSettleWindow) {
+    t_settle_count = 0;
+    cache_settle_check();
+  }
+}
 
 /// Turns the small-block cache on, with `budget` bytes per thread, where the next allocator is
 /// the C library (initialise() calls it once).

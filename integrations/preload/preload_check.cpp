@@ -404,6 +404,35 @@ void steps(int n) {
   }
 }
 
+// A program past its start-up whose steps make only small requests (vLLM's decode at one
+// sequence): a few long-lived large blocks, then `n` small requests freed at once; or, with
+// `keep`, a start-up that keeps them (the heap grows all along).
+void small_steps(int n, bool keep) {
+  std::vector<void*> model;
+  for (int i = 0; i < 4; ++i) {
+    model.push_back(std::malloc(1 << 20));
+    fill(model.back(), 1 << 20, static_cast<unsigned char>(i));
+  }
+  std::vector<void*> kept;
+  std::vector<void*> step(32);
+  for (int i = 0; i < n; i += static_cast<int>(step.size())) {
+    for (std::size_t k = 0; k < step.size(); ++k) {
+      step[k] = std::malloc(16 + (k * 40) % 1000);
+      static_cast<char*>(step[k])[0] = 1;
+    }
+    for (void* p : step) {
+      if (keep)
+        kept.push_back(p);
+      else
+        std::free(p);
+    }
+  }
+  for (void* p : kept) std::free(p);
+  for (std::size_t i = 0; i < model.size(); ++i)
+    CHECK(check(model[i], 1 << 20, static_cast<unsigned char>(i)));
+  for (void* p : model) std::free(p);
+}
+
 // Allocates and frees 1 MiB blocks for ever on `threads` threads; after 20000 pairs on the main
 // thread it prints "ready" (the tests then send it a signal).
 void* volatile g_sink = nullptr;  // keeps the compiler from eliding a malloc/free pair
@@ -477,8 +506,10 @@ int main(int argc, char** argv) {
   if (want("small")) small_blocks();
   if (what == "double-free") double_free_small();               // aborts; not part of "all"
   if (what == "double-free-page") double_free_page_boundary();  // aborts; not part of "all"
-  if (what == "four-steps") steps(4);  // too few to find the step; not in "all"
-  if (what == "loop") loop(1);         // runs until killed; not part of "all"
+  if (what == "four-steps") steps(4);                     // too few to find the step; not in "all"
+  if (what == "small-steps") small_steps(400000, false);  // not part of "all"
+  if (what == "small-start-up") small_steps(400000, true);
+  if (what == "loop") loop(1);  // runs until killed; not part of "all"
   if (what == "loop-threads") loop(4);
   if (g_failures) {
     std::fprintf(stderr, "%d checks failed\n", g_failures.load());

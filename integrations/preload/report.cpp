@@ -28,16 +28,19 @@ void print_report() {
     const std::uint64_t hits = g_cache_hits.load() + mine.hits;
     const std::uint64_t misses = g_cache_misses.load() + mine.misses;
     const std::uint64_t passed = g_cache_passed.load() + mine.passed;
-    std::fprintf(out,
-                 "  small cache       %s per thread: %llu hits (%.1f%%), %llu misses, %llu frees "
-                 "passed on (cache full)\n",
-                 format_bytes(g_cache_limits.budget).c_str(), static_cast<unsigned long long>(hits),
-                 hits + misses == 0
-                     ? 0.0
-                     : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
-                 static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
+    std::fprintf(
+        out,
+        "  small cache       %s per thread%s%s: %llu hits (%.1f%%), %llu misses, %llu "
+        "frees passed on (cache full)\n",
+        format_bytes(g_cache_limits.budget).c_str(), g_cache_started ? " " : "",
+        g_cache_started ? g_cache_started->c_str() : "", static_cast<unsigned long long>(hits),
+        hits + misses == 0 ? 0.0
+                           : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
+        static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
   } else if (g_cache_pending) {
-    std::fprintf(out, "  small cache       %s per thread from the first plan: no plan yet\n",
+    std::fprintf(out,
+                 "  small cache       %s per thread, waiting for the first plan or for the program "
+                 "to settle\n",
                  format_bytes(g_cache_limits.budget).c_str());
   } else {
     std::fprintf(out, "  small cache       %s\n", g_cache_off ? g_cache_off->c_str() : "off");

@@ -1,6 +1,7 @@
 // Calls into the modelmem strategy (see strategy.hpp).
 #include "strategy.hpp"
 
+#include <malloc.h>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +27,14 @@ bool first_plan_made() {
   return p && p->plans_made > 0;
 }
 
+// Turns the waiting small-block cache on (under g_mutex); `why` goes to the report.
+void start_waiting_cache(const char* why) {
+  g_cache_pending = false;
+  g_cache_waiting.store(false, std::memory_order_relaxed);
+  g_cache_started = new std::string(why);
+  g_cache_on.store(true, std::memory_order_release);
+}
+
 }  // namespace
 
 void* mm_allocate(std::size_t size) noexcept {
@@ -34,10 +43,7 @@ void* mm_allocate(std::size_t size) noexcept {
   try {
     void* p = g_alloc->allocate(size);
     g_served++;
-    if (g_cache_pending && first_plan_made()) {
-      g_cache_pending = false;
-      g_cache_on.store(true, std::memory_order_release);
-    }
+    if (g_cache_pending && first_plan_made()) start_waiting_cache("from the first plan");
     return p;
   } catch (const QuotaExceeded& e) {
     t_quota_refused = true;
@@ -46,6 +52,30 @@ void* mm_allocate(std::size_t size) noexcept {
   } catch (...) {
     report_passed_on(size);
     return nullptr;  // counted in g_large_libc by the caller, which falls back
+  }
+}
+
+void cache_settle_check() noexcept {
+  if (t_depth != 0 || !ready()) return;  // not from inside modelmem (g_mutex may be held)
+  Inside inside;
+  std::lock_guard lock(g_mutex);
+  if (!g_cache_pending) return;
+  // What the last look saw, and how many looks in a row saw it unchanged.
+  static std::int64_t peak = -1;
+  static std::size_t heap = 0;
+  static int quiet = 0;
+  try {
+    const std::int64_t p = g_alloc->stats().allocated_bytes.all.peak;
+    const std::size_t h = mallinfo2().arena;  // the C library's heaps, every arena
+    if (p != peak || h != heap) {
+      peak = p;
+      heap = h;
+      quiet = 0;
+    } else if (++quiet >= 2) {
+      start_waiting_cache("from when the program settled (no plan yet)");
+    }
+  } catch (...) {
+    // the stack's statistics could not be read: keep waiting for a plan
   }
 }
 

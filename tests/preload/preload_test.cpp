@@ -274,14 +274,31 @@ TEST_F(Preload, SmallBlocksAreCachedPerThreadInFrontOfTheCLibrary) {
   EXPECT_NE(r.out.find("preload_check small: ok"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("small cache       1.00 MiB per thread"), std::string::npos) << r.out;
   EXPECT_GT(number_after(r.out, "per thread:"), 10000) << r.out;  // hits
-  // Under the planned arena it starts with the first plan: not before the program repeats.
+  // Under the planned arena it waits for the program to settle: not before the program repeats.
   r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("from the first plan: no plan yet"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("waiting for the first plan or for the program to settle"),
+            std::string::npos)
+      << r.out;
   r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " steps,small");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_GE(number_after(r.out, "steps planned"), 1) << r.out;
-  EXPECT_GT(number_after(r.out, "per thread:"), 10000) << r.out;
+  EXPECT_NE(r.out.find("per thread from the first plan:"), std::string::npos) << r.out;
+  EXPECT_GT(number_after(r.out, "per thread from the first plan:"), 10000) << r.out;
+  // A program with no step to plan (its steps make small requests only) starts it once neither
+  // the C library's heap nor the large blocks' peak grew over two windows of 64 Ki requests; a
+  // start-up that keeps its small blocks (the heap grows) never does.
+  r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small-steps");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("no repeating step found"), std::string::npos) << r.out;
+  const std::string settled = "per thread from when the program settled (no plan yet):";
+  EXPECT_NE(r.out.find(settled), std::string::npos) << r.out;
+  EXPECT_GT(number_after(r.out, R"(settled \(no plan yet\):)"), 100000) << r.out;  // hits
+  r = run(preload_env("strategy:planned") + " MODELMEM_REPORT=1", kCheck + " small-start-up");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("waiting for the first plan or for the program to settle"),
+            std::string::npos)
+      << r.out;
   // Off when asked, and under an allocator preloaded after modelmem (it has its own).
   r = run(preload_env("strategy:caching,preload_cache_kb:0") + " MODELMEM_REPORT=1",
           kCheck + " small");
