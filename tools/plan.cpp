@@ -40,7 +40,7 @@ struct PlanArgs {
   std::string lengths;
   std::optional<double> safety;
   std::string device_memory;
-  std::string json;
+  JsonOutput json;  // set after parsing (add_json_options)
   std::string html;
   double time_limit = 10;
   std::size_t show_live = 8;
@@ -116,13 +116,9 @@ int run_fit(const PlanArgs& args, const model::PlanOptions& options,
     report += sizing::render_text(f);
     found = found && f.found();
   }
-  if (!args.json.empty()) {
-    const nlohmann::json j =
-        args.fit_each ? sizing::render_json(results) : sizing::render_json(results.front());
-    write_file(args.json, j.dump(1) + "\n");
-    report += fmt::format("json           {}\n", args.json);
-  }
-  fmt::print("{}", report);
+  const nlohmann::json j =
+      args.fit_each ? sizing::render_json(results) : sizing::render_json(results.front());
+  args.json.emit(report, j.dump(1) + "\n");
   return found ? 0 : 1;
 }
 
@@ -137,8 +133,7 @@ int run_plan(const PlanArgs& args) {
   const std::size_t device =
       args.device_memory.empty() ? 0 : parse_size(args.device_memory, "--device-memory");
   sizing::validate(sizing, device);
-  if (!args.json.empty())
-    core::check_output_file(args.json, core::OutputWrite::kReplacing, "--json");
+  args.json.check();
   if (!args.html.empty())
     core::check_output_file(args.html, core::OutputWrite::kReplacing, "--html");
   if (!args.lengths.empty() && fs::is_directory(args.lengths))
@@ -160,27 +155,18 @@ int run_plan(const PlanArgs& args) {
     model::TextOptions text;
     text.show_live = args.show_live;
     std::string report = sizing::render_text(mn, text);
-    if (!args.json.empty()) {
-      write_file(args.json, sizing::render_json_text(mn));
-      report += fmt::format("json           {}\n", args.json);
-    }
     if (!args.html.empty()) {
       write_file(args.html, model::render_html(mp));
       report += fmt::format("html           {}\n", args.html);
     }
-    fmt::print("{}", report);
+    args.json.emit(report, sizing::render_json_text(mn));
     return 0;
   }
 
   if (!args.html.empty())
     throw InvalidInput("--html draws one model's plan; it does not go with --device-memory");
   sizing::DeviceNeed dn = sizing::plan_device(args.models, options, device, sizing);
-  std::string report = sizing::render_text(dn);
-  if (!args.json.empty()) {
-    write_file(args.json, sizing::render_json(dn).dump(1) + "\n");
-    report += fmt::format("json           {}\n", args.json);
-  }
-  fmt::print("{}", report);
+  args.json.emit(sizing::render_text(dn), sizing::render_json(dn).dump(1) + "\n");
   return dn.fits() ? 0 : 1;
 }
 
@@ -189,7 +175,8 @@ int run_plan(const PlanArgs& args) {
 // only the options marked below).
 enum class Form { kPlan, kFit, kServe };
 
-void add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
+// Returns what reads -o and --json after parsing (add_json_options).
+std::function<JsonOutput()> add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
   const bool graph = form != Form::kServe;  // options of the ONNX planner (not `serve`)
   if (graph) cmd->add_option("--dim", a.dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
   if (graph)
@@ -254,7 +241,7 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
                     "With --fit: plan each value from 1 up to the one found, at most this many, "
                     "for the answer that every value up to it fits (0: the single value only)")
         ->capture_default_str();
-  cmd->add_option("--json", a.json, "Write the plan as JSON (the runtime's plan: key reads it)");
+  auto json = add_json_options(cmd);
   if (graph) cmd->add_option("--html", a.html, "Write a self-contained HTML picture of the plan");
   if (graph)
     cmd->add_option("--time-limit", a.time_limit, "Seconds for searching solvers (exact, best)")
@@ -278,6 +265,7 @@ void add_plan_options(CLI::App* cmd, PlanArgs& a, Form form) {
     cmd->add_flag("--no-module-scopes", a.no_module_scopes,
                   "Eager figure without holding a PyTorch module's arguments until it returns "
                   "(scopes read from torch.onnx node names)");
+  return json;
 }
 
 // The flags of plan's that the serving plan reads, for `plan --serve` and `serve`.
@@ -300,9 +288,10 @@ void setup_plan(CLI::App& app, int& exit_code) {
   cmd->add_option("model", args->models,
                   "ONNX model file (weights embedded, external or absent); several with "
                   "--device-memory");
-  add_plan_options(cmd, *args, Form::kPlan);
+  auto json = add_plan_options(cmd, *args, Form::kPlan);
   auto serve = add_serve_options(cmd);
-  cmd->callback([args, serve, cmd, &exit_code] {
+  cmd->callback([args, serve, cmd, json, &exit_code] {
+    args->json = json();
     if (serve->model.empty()) {
       exit_code = run_plan(*args);
       return;
@@ -324,8 +313,9 @@ void setup_fit(CLI::App& app, int& exit_code) {
   cmd->add_option("dim", args->fit, "The dim to grow: batch, seq, ...")->required();
   cmd->add_option("model", args->models, "ONNX model file(s): their needs fit together")
       ->required();
-  add_plan_options(cmd, *args, Form::kFit);
-  cmd->callback([args, &exit_code] {
+  auto json = add_plan_options(cmd, *args, Form::kFit);
+  cmd->callback([args, json, &exit_code] {
+    args->json = json();
     if (args->device_memory.empty())
       throw InvalidInput("fit: give --device-memory SIZE (16GiB): the device to fit");
     exit_code = run_plan(*args);
@@ -340,9 +330,10 @@ void setup_serve(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "serve",
       "The serving plan of a decoder LLM on a device: KV cache, capacity, engine settings");
-  add_plan_options(cmd, *args, Form::kServe);
+  auto json = add_plan_options(cmd, *args, Form::kServe);
   auto serve = add_serve_options(cmd, /*as_flag=*/false);
-  cmd->callback([args, serve, cmd, &exit_code] {
+  cmd->callback([args, serve, cmd, json, &exit_code] {
+    args->json = json();
     sizing::parse_backend(args->device_kind);
     exit_code = run_plan_serve(*serve, shared_flags(*args, *cmd));
   });

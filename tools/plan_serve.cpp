@@ -4,12 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/core/files.hpp"
 #include "modelmem/model/kv_cache.hpp"
 #include "modelmem/model/plan_model.hpp"
 #include "modelmem/monitor/view.hpp"
@@ -100,6 +102,51 @@ std::shared_ptr<ServeArgs> add_serve_options(CLI::App* cmd, bool as_flag) {
   return a;
 }
 
+void JsonOutput::check() const {
+  if (!file.empty()) core::check_output_file(file, core::OutputWrite::kReplacing, "-o");
+}
+
+void JsonOutput::emit(std::string report, const std::string& json) const {
+  if (!file.empty()) {
+    core::write_file_replacing(file, json);  // through a temporary file renamed into place
+    report += fmt::format("json           {}\n", file);
+  }
+  fmt::print("{}", print ? json : report);
+}
+
+std::function<JsonOutput()> add_json_options(CLI::App* cmd) {
+  auto out = std::make_shared<std::string>();
+  auto old = std::make_shared<std::string>();
+  cmd->add_option("-o,--output", *out,
+                  "Write the plan as JSON to this file (the runtime's plan: key reads it)");
+  cmd->add_option("--json", *old,
+                  "Print the plan as JSON instead of the report (--json FILE.json: the old "
+                  "spelling of -o FILE.json)")
+      ->expected(0, 1)
+      ->type_name("");
+  return [cmd, out, old] {
+    JsonOutput j;
+    j.file = *out;
+    if (old->empty()) {
+      j.print = cmd->count("--json") > 0;
+      return j;
+    }
+    // The old spelling, for one release: only a .json name (a model named there is not
+    // overwritten).
+    if (!old->ends_with(".json"))
+      throw InvalidInput(fmt::format(
+          "--json {}: --json prints the plan as JSON and takes no value; write a file with -o "
+          "FILE (the old --json FILE is kept for .json names)",
+          *old));
+    if (!out->empty()) throw InvalidInput("-o and --json FILE both name the JSON file: give -o");
+    std::fprintf(stderr,
+                 "modelmem %s: --json %s is the old spelling of -o %s (kept for one release)\n",
+                 cmd->get_name().c_str(), old->c_str(), old->c_str());
+    j.file = *old;
+    return j;
+  };
+}
+
 int run_plan_serve(const ServeArgs& a, const PlanShared& shared) {
   sizing::ServeOptions o;
   if (shared.device_memory.empty())
@@ -127,22 +174,10 @@ int run_plan_serve(const ServeArgs& a, const PlanShared& shared) {
   sizing::validate(o);
   if (!shared.lengths.empty() && fs::is_directory(shared.lengths))
     throw InvalidInput(fmt::format("--lengths {}: is a directory", shared.lengths));
-  if (!shared.json.empty()) {
-    std::error_code ec;
-    if (fs::is_directory(shared.json, ec))
-      throw InvalidInput(fmt::format("--json {}: is a directory", shared.json));
-  }
+  shared.json.check();
   o.device_memory = device_memory(shared.device_memory);
   sizing::ServePlan p = sizing::plan_serving(a.model, o);
-  std::string report = sizing::render_text(p);
-  if (!shared.json.empty()) {
-    std::ofstream out(shared.json, std::ios::binary);
-    if (!out) throw InvalidInput(shared.json + ": cannot open for writing");
-    out << sizing::render_json_text(p);
-    if (!out) throw Error(shared.json + ": write failed");
-    report += fmt::format("json           {}\n", shared.json);
-  }
-  fmt::print("{}", report);
+  shared.json.emit(sizing::render_text(p), sizing::render_json_text(p));
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,12 +28,27 @@ struct ServeArgs {
   std::string engine;  ///< --engine: one engine's settings
 };
 
+/// Where `plan`, `fit` and `serve` put the plan's JSON: `-o FILE` writes it beside the text
+/// report; `--json` prints it instead of the report, as every other command's --json does. The
+/// old `--json FILE` (a .json file) still means -o FILE, with a note.
+struct JsonOutput {
+  std::string file;    ///< -o FILE ("" = none)
+  bool print = false;  ///< --json
+  /// Refuses a file that cannot be written (a directory, a missing folder), before any work.
+  void check() const;
+  /// Prints `report` (with a line naming the file written), or, with --json, `json` instead.
+  void emit(std::string report, const std::string& json) const;
+};
+
+/// Adds -o/--output and --json to a command; the returned function reads them after parsing.
+std::function<JsonOutput()> add_json_options(CLI::App* cmd);
+
 /// The values of plan's own flags that the serving plan reads.
 struct PlanShared {
   std::string device_memory;
   std::string dtype;  ///< "" when --dtype was not given
   std::string lengths;
-  std::string json;
+  JsonOutput json;
   std::string runtime;               ///< "" when --runtime was not given
   std::string strategy;              ///< --strategy: the need of the weights and the steps
   std::string overhead;              ///< --overhead text ("" = the device kind's default)

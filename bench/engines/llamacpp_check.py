@@ -46,7 +46,7 @@ def main():
         cmd = [tool, "plan", "--serve", str(path), "--device-memory", a.device_memory,
                "--context", str(a.context), "--overhead", "0", "--device-kind", "host",
                "--max-num-seqs", "16", "--max-batched-tokens", "512", "--engine", "llama.cpp",
-               "--json", str(plan)]
+               "-o", str(plan)]
         if a.kv_dtype:
             cmd += ["--kv-dtype", a.kv_dtype]
         r = subprocess.run(cmd, capture_output=True, text=True)

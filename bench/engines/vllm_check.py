@@ -43,7 +43,7 @@ def main():
                             a.device_memory, "--context", str(a.context), "--block-size",
                             str(a.block_size), "--overhead", "0", "--device-kind", "host",
                             "--max-num-seqs", "16", "--max-batched-tokens", str(a.context),
-                            "--json", str(plan)], capture_output=True, text=True)
+                            "-o", str(plan)], capture_output=True, text=True)
         if r.returncode:
             sys.exit(r.stderr.strip())
         p = json.loads(plan.read_text())

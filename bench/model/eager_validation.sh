@@ -113,7 +113,7 @@ for m in "${models[@]}"; do
       failed "$row" "| $m | $b | $export_error | | | |"
       continue
     fi
-    if ! "$tool" plan "$onnx" --dim batch="$b" --runtime eager --json "$work/$m.b$b.json" \
+    if ! "$tool" plan "$onnx" --dim batch="$b" --runtime eager -o "$work/$m.b$b.json" \
       >"$work/$m.b$b.plan.log" 2>&1; then
       emit "| $m | $b | plan fails: $(tail -1 "$work/$m.b$b.plan.log" | cut -c1-120) | | | |"
       continue

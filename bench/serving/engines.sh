@@ -15,7 +15,7 @@ echo "| model | weights | activations: peak / on caching | KV/token | modelmem K
 echo "|---|---|---|---|---|---|---|---|---|"
 for m in llama2_7b llama3_8b mistral_7b qwen2_7b deepseek_v2_lite; do
   "$build/modelmem" plan --serve "$dir/$m" --device-memory 80GiB --context 8192 \
-    --overhead 1GiB --json "$dir/$m.json" >/dev/null
+    --overhead 1GiB -o "$dir/$m.json" >/dev/null
   python3 - "$dir/$m.json" "$m" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))

@@ -43,7 +43,7 @@ def main():
             plans = {}
             for source, extra in (("formula", []), ("onnx", ["--onnx", onnx])):
                 out = os.path.join(tmp, source + ".json")
-                subprocess.run([cli, "plan", "--serve", ck, *SHAPE, *extra, "--json", out],
+                subprocess.run([cli, "plan", "--serve", ck, *SHAPE, *extra, "-o", out],
                                check=True, capture_output=True)
                 plans[source] = json.load(open(out))
             f, o = plans["formula"], plans["onnx"]

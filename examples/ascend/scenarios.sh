@@ -18,7 +18,7 @@ EXPANDABLE="device:npu,expandable_segments:True"
 
 # 2. A static pool instead of dynamic growth, sized from the model's plan (activations + weights,
 #    x 1.2 for safety): `modelmem plan` writes the plan file first.
-"$MODELMEM" plan "$MODEL" --dim batch=8 --json "$PLAN" >/dev/null
+"$MODELMEM" plan "$MODEL" --dim batch=8 -o "$PLAN" >/dev/null
 STATIC_FROM_PLAN="device:npu,strategy:static,plan:$PLAN,safety_factor:1.2"
 
 # 3. A static pool of a chosen size, or a per-model-family preset.

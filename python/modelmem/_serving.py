@@ -6,7 +6,7 @@ from . import _modelmem
 
 
 class ServingPlan(dict):
-    """The serving plan of a decoder LLM (what `modelmem serve MODEL --json` writes): every field
+    """The serving plan of a decoder LLM (what `modelmem serve MODEL --json` prints): every field
     both as an attribute (p.kv_tokens) and as a key (p["kv_tokens"]), so it also compares equal
     to the JSON the CLI writes. Nested values (kv_layers, engines, engine_formulas) are dicts."""
 

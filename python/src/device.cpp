@@ -104,7 +104,7 @@ void bind_device(py::module_& m) {
           [](const DeviceNeed& d) -> py::object {
             return json_loads(sizing::render_json(d).dump())["models"];
           },
-          "One dict per model, as `plan --json` lists them: model, pool, weights_bytes, "
+          "One dict per model, as `plan -o` lists them: model, pool, weights_bytes, "
           "ideal_arena_bytes, eager_peak_bytes, need_bytes, quota_bytes, config, ...")
       .def_property_readonly(
           "configs",
@@ -128,7 +128,7 @@ void bind_device(py::module_& m) {
             return write_or_return(sizing::render_json(d).dump(1) + "\n", path);
           },
           py::arg("path") = py::none(),
-          "What `plan --device-memory SIZE --json` writes: to path, or returned as a str.")
+          "What `plan --device-memory SIZE -o FILE` writes: to path, or returned as a str.")
       .def("__repr__", [](const DeviceNeed& d) {
         return fmt::format(
             "<modelmem.DevicePlan {} models on {}: {}, headroom {}>", d.plan.models.size(),
@@ -186,7 +186,7 @@ void bind_device(py::module_& m) {
             return write_or_return(sizing::render_json(f).dump(1) + "\n", path);
           },
           py::arg("path") = py::none(),
-          "What `plan --fit DIM --json` writes: to path, or returned as a str.")
+          "What `plan --fit DIM -o FILE` writes: to path, or returned as a str.")
       .def("__repr__", [](const FitResult& f) {
         return fmt::format("<modelmem.Fit {}={} ({}), limit {}>", f.dim, f.value,
                            f.model.empty() ? "every model together" : f.model, f.limit);
@@ -218,7 +218,7 @@ void bind_device(py::module_& m) {
             return write_or_return(sizing::render_json(e.results).dump(1) + "\n", path);
           },
           py::arg("path") = py::none(),
-          "What `plan --fit DIM --fit-each --json` writes: to path, or returned as a str.");
+          "What `plan --fit DIM --fit-each -o FILE` writes: to path, or returned as a str.");
 
   m.def(
       "plan_device",

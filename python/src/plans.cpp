@@ -1,6 +1,6 @@
 // modelmem.plan() and modelmem.solve(): the library's model planner (with the need on the
 // strategy, sizing::plan_need, as `modelmem plan` computes it) and solvers, and the Plan result
-// object both return. Its to_json() writes what `modelmem plan --json` (or `modelmem solve
+// object both return. Its to_json() writes what `modelmem plan -o` (or `modelmem solve
 // --output PLAN.json`) writes, through the same renderer.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
@@ -72,7 +72,7 @@ void write_text(const std::string& path, const std::string& text) {
   core::write_file_replacing(path, text);
 }
 
-// What `plan --json` writes for a model; `solve --output PLAN.json` for a problem.
+// What `plan -o` writes for a model; `solve --output PLAN.json` for a problem.
 std::string plan_json_text(const Plan& p) {
   if (p.model) return sizing::render_json_text(*p.model);
   return plan::plan_file_json(*p.problem, *p.solved, plan::lower_bound(*p.problem));
@@ -319,7 +319,7 @@ void bind_plans(py::module_& m) {
       .def_property_readonly("need_total_bytes", of_model([](const MN& n) { return n.need.total; }),
                              "need + overhead: what the device must have")
       .def("to_json", &to_json, py::arg("path") = py::none(),
-           "The JSON `modelmem plan --json` writes (for solve(): `modelmem solve --output "
+           "The JSON `modelmem plan -o` writes (for solve(): `modelmem solve --output "
            "PLAN.json`), by the same renderer: written to path, or returned as a str without one.")
       .def(
           "to_dict", [](const Plan& p) { return json_loads(plan_json_text(p)); },
@@ -377,7 +377,7 @@ arena is planned for; both figures are given); strategy: 'caching', 'static', 'p
 'expandable' or a configuration string (--strategy; None: what `modelmem run` builds); overhead:
 a size ('512MiB', bytes) or a fraction ('5%') of the device (--overhead; None: device_kind's
 default, 'cuda', 'npu' or 'host'); alignment, safety, lengths, ignore_model_limits: --align,
---safety, --lengths, --ignore-model-limits. Plan.to_json() writes what `plan --json` writes.
+--safety, --lengths, --ignore-model-limits. Plan.to_json() writes what `plan -o` writes.
 Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). Raises InvalidInputError with the
 CLI's message for a bad file or argument.)");
   m.def("solve", &solve_problem, py::arg("problem"), py::arg("solver") = "best",

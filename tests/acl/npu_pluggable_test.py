@@ -752,7 +752,7 @@ class NpuPluggable(unittest.TestCase):
         for model, dims in (("resnet50", ["batch=2"]), ("bert_base", ["batch=1", "seq=128"])):
             path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                 "modelmem_npu_%d_%s.json" % (os.getpid(), model))
-            argv = [CLI, "plan", os.path.join(SOURCE, "models", model + ".onnx"), "--json", path]
+            argv = [CLI, "plan", os.path.join(SOURCE, "models", model + ".onnx"), "-o", path]
             for d in dims:
                 argv += ["--dim", d]
             subprocess.run(argv, check=True, capture_output=True)
@@ -773,11 +773,11 @@ class NpuPluggable(unittest.TestCase):
         base = os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelmem_npu_%d" % os.getpid())
         pool_json, bucket_jsons = base + "_buckets.json", []
         try:
-            subprocess.run([CLI, "plan", model, "--buckets", "batch=1,2,4", "--json", pool_json],
+            subprocess.run([CLI, "plan", model, "--buckets", "batch=1,2,4", "-o", pool_json],
                            check=True, capture_output=True)
             for n in (1, 2, 4):
                 bucket_jsons.append("%s_b%d.json" % (base, n))
-                subprocess.run([CLI, "plan", model, "--dim", "batch=%d" % n, "--json",
+                subprocess.run([CLI, "plan", model, "--dim", "batch=%d" % n, "-o",
                                 bucket_jsons[-1]], check=True, capture_output=True)
             r = self.check("child_planned_inferences", PLAN_JSON=pool_json,
                            BUCKET_JSONS=",".join(bucket_jsons),

@@ -49,7 +49,7 @@ def plan(model, device_memory, kv_dtype="", extra=(), context=CONTEXT):
     out = Path(str(model) + ".plan.json")
     cmd = [str(BINARY), "plan", "--serve", str(model), "--device-memory", str(device_memory),
            "--context", str(context), "--overhead", "0", "--device-kind", "host",
-           "--max-num-seqs", "16", "--max-batched-tokens", str(CHUNK), "--json", str(out),
+           "--max-num-seqs", "16", "--max-batched-tokens", str(CHUNK), "-o", str(out),
            *extra]
     if kv_dtype:
         cmd += ["--kv-dtype", kv_dtype]

@@ -42,7 +42,7 @@ def plan(model, device_memory, block):
     cmd = [str(BINARY), "plan", "--serve", str(model), "--device-memory", str(device_memory),
            "--context", str(CONTEXT), "--block-size", str(block), "--overhead", "0",
            "--device-kind", "host", "--max-num-seqs", "16", "--max-batched-tokens", str(CHUNK),
-           "--json", str(out)]
+           "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text()), r.stdout

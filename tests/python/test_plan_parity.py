@@ -65,7 +65,7 @@ def cli_plans(tmp_path_factory):
     out = {}
     for stem, (dims, _, _) in CASES.items():
         f = tmp_path_factory.mktemp("plan") / f"{stem}.json"
-        r = cli(path(stem), *dim_flags(dims), *PLAN_FLAGS, "--json", str(f))
+        r = cli(path(stem), *dim_flags(dims), *PLAN_FLAGS, "-o", str(f))
         assert r.returncode == 0, r.stderr
         out[stem] = (r.stdout, f.read_text())
     return out
@@ -109,11 +109,11 @@ def cli_fits(tmp_path_factory):
         others = {k: v for k, v in dims.items() if k != dim}
         f = tmp_path_factory.mktemp("fit") / f"{stem}.json"
         r = cli(path(stem), *dim_flags(others), "--fit", dim, "--device-memory", memory,
-                "--runtime", "eager", "--device-kind", "host", "--json", str(f))
+                "--runtime", "eager", "--device-kind", "host", "-o", str(f))
         out[stem] = (others, dim, memory, r.returncode, r.stdout, f.read_text())
     f = tmp_path_factory.mktemp("fit") / "bert_seq.json"
     r = cli(path("bert_base"), "--dim", "batch=1", "--fit", "seq", "--device-memory", "80GiB",
-            "--json", str(f))
+            "-o", str(f))
     out["bert_seq"] = ({"batch": 1}, "seq", "80GiB", r.returncode, r.stdout, f.read_text())
     return out
 
@@ -148,7 +148,7 @@ def test_fit_is_the_clis_fit(case, cli_fits):
 
 
 def test_fit_where_nothing_fits_is_the_clis(tmp_path):
-    r = cli(path("tiny"), "--fit", "n", "--device-memory", "1MiB", "--json", str(tmp_path / "n.json"))
+    r = cli(path("tiny"), "--fit", "n", "--device-memory", "1MiB", "-o", str(tmp_path / "n.json"))
     f = modelmem.fit(path("tiny"), "n", "1MiB")
     assert r.returncode == 1 and not f.found and f.value == 0 and f.device is None
     assert f.limit == "memory" and f.next_need_bytes > 1 << 20
@@ -162,8 +162,8 @@ def test_fit_together_and_each_are_the_clis(tmp_path):
     dims = {"seq": 16, "past": 16, "total": 32}
     args = [*models, *dim_flags(dims), "--fit", "batch", "--device-memory", "256MiB",
             "--device-kind", "host"]
-    cli(*args, "--json", str(tmp_path / "t.json"))
-    r = cli(*args, "--fit-each", "--json", str(tmp_path / "e.json"))
+    cli(*args, "-o", str(tmp_path / "t.json"))
+    r = cli(*args, "--fit-each", "-o", str(tmp_path / "e.json"))
     together = modelmem.fit(models, "batch", "256MiB", dims=dims, device_kind="host")
     each = modelmem.fit(models, "batch", 256 << 20, dims=dims, device_kind="host", each=True)
     assert together.model is None and [e.model for e in each] == models
@@ -181,7 +181,7 @@ def test_plan_device_is_the_clis(tmp_path):
     models = [path(s) for s in sorted(CASES)]
     f = tmp_path / "device.json"
     r = cli(*models, *dim_flags(dims), "--device-memory", "4GiB", "--runtime", "eager",
-            "--dtype", "bf16", "--json", str(f))
+            "--dtype", "bf16", "-o", str(f))
     d = modelmem.plan_device(models, "4GiB", dims=dims, runtime="eager", dtype="bf16")
     text = f.read_text()
     assert d.to_json() == text

@@ -16,7 +16,7 @@ def test_plan_serving_returns_what_the_cli_writes(tmp_path):
     out = tmp_path / "serve.json"
     subprocess.run([CLI, "plan", "--serve", DECODER, "--device-memory", "64MiB", "--context", "512",
                     "--max-num-seqs", "16", "--max-batched-tokens", "64", "--overhead", "0",
-                    "--json", str(out)],
+                    "-o", str(out)],
                    check=True, capture_output=True)
     cli = json.loads(out.read_text())
     p = modelmem.plan_serving(DECODER, "64MiB", **ARGS)

@@ -107,7 +107,7 @@ def checkpoints(tmp_path_factory):
 def serve(folder):
     out = os.path.join(folder, "serve.json")
     r = subprocess.run([CLI, "plan", "--serve", folder, "--device-memory", "1GiB", "--context",
-                        "128", "--overhead", "0", "--json", out], capture_output=True, text=True)
+                        "128", "--overhead", "0", "-o", out], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     with open(out) as f:
         return json.load(f)

@@ -83,7 +83,7 @@ class Serving : public ::testing::Test {
   }
   static json plan_json(const std::string& args, const std::string& name) {
     const fs::path out = dir_ / name;
-    auto r = tool("plan --serve " + args + " --json " + out.string());
+    auto r = tool("plan --serve " + args + " -o " + out.string());
     EXPECT_EQ(r.code, 0) << r.out;
     std::ifstream in(out);
     return json::parse(in);

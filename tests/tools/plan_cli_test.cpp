@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -111,7 +112,7 @@ TEST_F(PlanCli, DtypeAppliesToWeightsAndLabels) {
 
 TEST_F(PlanCli, JsonCarriesBothFigures) {
   fs::path json = dir_ / "plan.json";
-  CliRun r = tool("plan " + model("tiny.onnx") + " --dim n=1 --json " + json.string());
+  CliRun r = tool("plan " + model("tiny.onnx") + " --dim n=1 -o " + json.string());
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(json);
   auto j = nlohmann::json::parse(in);
@@ -160,8 +161,7 @@ TEST_F(PlanCli, ModelsSharingADevice) {
       << eager.out;
 
   fs::path json = dir_ / "share.json";
-  r = tool("plan " + both +
-           " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB --json " +
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 1GiB --overhead 64MiB -o " +
            json.string());
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(json);
@@ -196,8 +196,7 @@ TEST_F(PlanCli, ModelsSharingADevice) {
   CliRun keys = tool("config --keys");
   if (keys.out.find("`pools`") == std::string::npos)
     GTEST_SKIP() << "this build's configuration has no pools key yet (docs/config.md)";
-  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 2GiB --json " +
-           json.string());
+  r = tool("plan " + both + " --dim n=1 --dim batch=1 --device-memory 2GiB -o " + json.string());
   std::ifstream in2(json);
   auto j2 = nlohmann::json::parse(in2);
   std::vector<std::string> strings = {j2["config"].get<std::string>()};
@@ -211,7 +210,7 @@ TEST_F(PlanCli, ModelsSharingADevice) {
 TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObject) {
   fs::path json = dir_ / "fit.json";
   CliRun r = tool("plan " + model("resnet50.onnx") +
-                  " --fit batch --device-memory 2GiB --runtime eager --solver greedy-size --json " +
+                  " --fit batch --device-memory 2GiB --runtime eager --solver greedy-size -o " +
                   json.string());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::ifstream in(json);
@@ -254,7 +253,7 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
       << r.out;
   r = tool("plan " + model("resnet50.onnx") + " " + model("bert_base.onnx") +
            " --fit batch --fit-each --dim seq=128 --device-memory 4GiB --solver greedy-size "
-           "--fit-every-max 0 --json " +
+           "--fit-every-max 0 -o " +
            json.string());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   std::ifstream in2(json);
@@ -266,6 +265,54 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
   r = tool("plan " + model("resnet50.onnx") + " --fit batch --device-memory 64MiB");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("no value of batch fits"), std::string::npos) << r.out;
+}
+
+// One meaning of --json, as on every other command: it prints the JSON instead of the report;
+// -o FILE writes the same bytes beside the report. The old --json FILE.json still writes the
+// file, with a note on stderr. On plan (one model, a shared device), fit and serve.
+TEST_F(PlanCli, JsonPrintsWhatMinusOWrites) {
+  // The JSON without the seconds a search took (they differ from run to run).
+  auto timeless = [](const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text);
+    std::vector<nlohmann::json*> todo = {&j};
+    while (!todo.empty()) {
+      nlohmann::json* n = todo.back();
+      todo.pop_back();
+      if (n->is_object()) n->erase("seconds");
+      if (n->is_structured())
+        for (auto& child : *n) todo.push_back(&child);
+    }
+    return j;
+  };
+  const std::vector<std::string> commands = {
+      "plan " + model("tiny.onnx") + " --dim n=1",
+      "plan " + model("tiny.onnx") + " " + model("bert_base.onnx") +
+          " --dim n=1 --dim batch=1 --dim seq=8 --device-memory 2GiB --solver greedy-size",
+      "fit n " + model("tiny.onnx") + " --device-memory 64MiB --device-kind host",
+      "serve " + model("gpt2_decoder.onnx") + " --device-memory 4GiB --context 256",
+  };
+  for (const std::string& c : commands) {
+    SCOPED_TRACE(c);
+    const fs::path file = dir_ / "out.json";
+    fs::remove(file);
+    CliRun written = tool(c + " -o " + file.string());
+    ASSERT_TRUE(written.code == 0 || written.code == 1) << written.err;
+    EXPECT_NE(written.out.find("json           " + file.string()), std::string::npos)
+        << written.out;
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    CliRun printed = tool(c + " --json");
+    EXPECT_EQ(printed.code, written.code) << printed.err;
+    EXPECT_EQ(timeless(printed.out), timeless(bytes)) << printed.out;
+    // The old spelling: the file again, the report on stdout, one note on stderr.
+    const fs::path old = dir_ / "old.json";
+    CliRun legacy = tool(c + " --json " + old.string());
+    EXPECT_EQ(legacy.code, written.code) << legacy.err;
+    std::ifstream old_in(old, std::ios::binary);
+    EXPECT_EQ(timeless(std::string((std::istreambuf_iterator<char>(old_in)), {})), timeless(bytes));
+    EXPECT_NE(legacy.err.find("is the old spelling of -o"), std::string::npos) << legacy.err;
+    EXPECT_NE(legacy.out.find("json           " + old.string()), std::string::npos) << legacy.out;
+  }
 }
 
 // One command per product: `fit DIM MODEL...` and `serve MODEL` print what `plan MODEL --fit DIM`
@@ -312,7 +359,13 @@ TEST_F(PlanCli, BadInputsExitTwoWithOneLineBeforeAnyOutput) {
   expect_rejected("plann x", "unknown command 'plann', did you mean 'plan'?");
   expect_rejected("plan " + model("tiny.onnx") + " --buckets n=1,2 --lengths " + bad.string(),
                   "bad.txt:2: 'not-a-length' is not a positive request length");
-  expect_rejected("plan " + tiny + " --json /nonexistent/x.json", "--json /nonexistent/x.json");
+  expect_rejected("plan " + tiny + " -o /nonexistent/x.json", "-o /nonexistent/x.json");
+  // --json takes no file now (the old --json FILE is kept for .json names only): a model named
+  // after it is not taken for the file to write.
+  expect_rejected("plan --json " + model("tiny.onnx") + " --dim n=1",
+                  "--json prints the plan as JSON and takes no value; write a file with -o FILE");
+  expect_rejected("plan " + tiny + " --json a.json -o b.json",
+                  "-o and --json FILE both name the JSON file");
   expect_rejected("plan " + tiny + " --html " + dir_.string(), "is a directory");
   expect_rejected("plan " + tiny + " --time-limit 0", "--time-limit 0");
   expect_rejected("plan " + tiny + " --align 0", "--align 0");
