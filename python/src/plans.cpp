@@ -303,7 +303,7 @@ void bind_plans(py::module_& m) {
       .def_property_readonly("order_slack_bytes",
                              of_model([](const MN& n) { return n.need.order_slack; }),
                              "eager on a segmenting pool: two segments, or half the largest "
-                             "request, for PyTorch's own order")
+                             "request up to 64 MiB, for PyTorch's own order")
       .def_property_readonly("peak_live_bytes",
                              of_model([](const MN& n) { return n.need.peak_live; }),
                              "requested bytes live at the peak of the replayed sequence")

@@ -26,6 +26,9 @@ namespace modelmem::sizing {
 
 namespace {
 
+// The most the order slack takes for half the largest request (see need_of_sequence).
+constexpr std::size_t kOrderSlackCap = 64 * kMiB;
+
 std::size_t mib_up(std::size_t bytes) {
   return bytes / kMiB + (bytes % kMiB != 0 ? 1 : 0);
 }
@@ -318,10 +321,12 @@ PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& optio
   n.replay_mib = hi;
   if (eager_order && config::parse_config(n.strategy).get("strategy") != "static") {
     // Two segments (40 MiB), or half the largest request made and freed again (weights and the
-    // input are held: they split no block after them), whichever is more: margins measured with
-    // PyTorch (docs/benchmarks.md, need-order and need-order-2x). 1.13 needed at most 44 MiB
-    // above the replay, and 4 above a 1252 MiB replay; 2.13 under `modelmem run` (MKL's own
-    // buffer cache off) 24 above 354 MiB on ConvNeXt-T at 15 and 33 above 330 on Swin-T at 13.
+    // input are held: they split no block after them) up to kOrderSlackCap, whichever is more:
+    // margins measured with PyTorch (docs/benchmarks.md, need-order, need-order-2x and
+    // order-slack-cap). 1.13 needed at most 44 MiB above the replay, and 4 above a 1252 MiB
+    // replay; 2.13 under `modelmem run` (MKL's own buffer cache off) 24 above 354 MiB on
+    // ConvNeXt-T at 15 and 33 above 330 on Swin-T at 13, and none above ResNet-50's 3.3 GiB at
+    // 255, where half its largest request was 390 MiB.
     bool large = false;
     std::size_t largest = 0;
     for (const auto& b : blocks.blocks) {
@@ -329,7 +334,8 @@ PoolNeed need_of_sequence(const trace::Trace& sequence, const NeedOptions& optio
       if (b.free_index != trace::kNever) largest = std::max(largest, b.size);
     }
     n.order_slack =
-        large ? std::max(40 * kMiB, checked_align_up(largest / 2, 2 * kMiB, "order slack"))
+        large ? std::max(40 * kMiB, std::min(checked_align_up(largest / 2, 2 * kMiB, "order slack"),
+                                             kOrderSlackCap))
               : 4 * kMiB;
   }
   n.need_mib = hi + n.order_slack / kMiB;

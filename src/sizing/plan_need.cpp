@@ -74,7 +74,7 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options) 
   if (n.order_slack > 0)
     out += fmt::format(
         "               = {} MiB replayed + {} for PyTorch's own order (two segments, or half the "
-        "largest request)\n",
+        "largest request up to 64 MiB)\n",
         n.replay_mib, format_bytes(n.order_slack));
   out += fmt::format(
       "               live at the peak {}, reserved {}, {:.2f}x the live bytes\n",

@@ -76,7 +76,7 @@ std::string render_text(const ServePlan& p) {
                    n.replay_mib - 1));
   if (n.order_slack > 0)
     line("", fmt::format("= {} MiB replayed + {} for PyTorch's own order (two segments, or half "
-                         "the largest request)",
+                         "the largest request up to 64 MiB)",
                          n.replay_mib, format_bytes(n.order_slack)));
   line("", fmt::format("activations on {}: {} (the need beyond the weights; {} live at the peak)",
                        n.strategy, format_bytes(p.activation_bytes),
