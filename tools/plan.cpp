@@ -86,7 +86,6 @@ model::PlanOptions plan_options(const PlanArgs& args) {
   o.eager_module_scopes = !args.no_module_scopes;
   if (!args.buckets.empty()) o.buckets = model::parse_buckets(args.buckets);
   o.lengths_path = args.lengths;
-  o.safety = args.safety;
   o.time_limit = args.time_limit;
   o.ignore_model_limits = args.ignore_model_limits;
   return o;
@@ -130,6 +129,7 @@ int run_plan(const PlanArgs& args) {
   sizing.strategy = args.strategy;
   sizing.overhead = args.overhead;
   sizing.backend = sizing::parse_backend(args.device_kind);
+  sizing.safety = args.safety;
   const std::size_t device =
       args.device_memory.empty() ? 0 : parse_size(args.device_memory, "--device-memory");
   sizing::validate(sizing, device);
@@ -213,8 +213,8 @@ std::function<JsonOutput()> add_plan_options(CLI::App* cmd, PlanArgs& a, Form fo
                   "Request lengths, one per line: padding waste of the buckets");
   if (graph)
     cmd->add_option("--safety", a.safety,
-                    "Static pool = (weights + arena) x F, beside the seed preset; with "
-                    "--device-memory, each model's quota");
+                    "Each quota = the need on --strategy x F (whole MiB): one model's (printed "
+                    "beside the seed preset) or each model's with --device-memory");
   cmd->add_option("--device-memory", a.device_memory,
                   "Share a device of SIZE (16GiB, 512MiB, bytes) among the models: each one's "
                   "need, the fit, the headroom and per-model configuration strings");

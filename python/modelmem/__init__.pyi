@@ -57,6 +57,7 @@ class Plan:
     overhead_bytes: Optional[int]
     overhead_source: Optional[str]
     need_total_bytes: Optional[int]
+    quota_bytes: Optional[int]
     @overload
     def to_json(self, path: None = None) -> str: ...
     @overload

@@ -86,7 +86,6 @@ model::PlanOptions plan_options(const PlanArgs& a) {
   o.runtime = model::parse_runtime(a.runtime);
   o.buckets = buckets_of(a.buckets);
   if (!a.lengths.is_none()) o.lengths_path = path_of(a.lengths);
-  o.safety = a.safety;
   o.time_limit = a.time_limit;
   o.ignore_model_limits = a.ignore_model_limits;
   if (a.solver != "all") plan::make_solver(a.solver);  // an unknown name fails before the model
@@ -101,6 +100,7 @@ sizing::SizingOptions sizing_options(const PlanArgs& a) {
   s.strategy = text_of(a.strategy);
   s.overhead = text_of(a.overhead);
   s.backend = sizing::parse_backend(a.device_kind);
+  s.safety = a.safety;
   return s;
 }
 

@@ -318,6 +318,13 @@ void bind_plans(py::module_& m) {
                              "where the overhead comes from")
       .def_property_readonly("need_total_bytes", of_model([](const MN& n) { return n.need.total; }),
                              "need + overhead: what the device must have")
+      .def_property_readonly(
+          "quota_bytes",
+          [](const Plan& p) -> py::object {
+            if (!p.model || !p.model->safety) return py::none();
+            return py::cast(p.model->quota);
+          },
+          "with safety=F: the need x F in whole MiB, the pool to give the model; else None")
       .def("to_json", &to_json, py::arg("path") = py::none(),
            "The JSON `modelmem plan -o` writes (for solve(): `modelmem solve --output "
            "PLAN.json`), by the same renderer: written to path, or returned as a str without one.")

@@ -41,10 +41,6 @@ void validate(const PlanOptions& o) {
   if (!(o.time_limit > 0) || !std::isfinite(o.time_limit))
     throw InvalidInput(
         fmt::format("--time-limit {}: must be a positive number of seconds", o.time_limit));
-  // The same range the runtime's pools take (PoolSpec::from_plan): a pool sized beyond it would
-  // print a configuration `modelmem config` refuses.
-  if (o.safety && !(*o.safety >= 1.0 && *o.safety <= 100.0))
-    throw InvalidInput(fmt::format("--safety {}: out of range: a factor from 1 to 100", *o.safety));
   constexpr std::size_t kMaxAlign = std::size_t{1} << 20;
   if (o.alignment == 0 || (o.alignment & (o.alignment - 1)) != 0 || o.alignment > kMaxAlign)
     throw InvalidInput(fmt::format("--align {}: out of range: a power of two from 1 to {} bytes",
@@ -180,10 +176,6 @@ ModelPlan plan_model(const std::string& path, const PlanOptions& options) {
                               options.memory_order);
     if (!lengths.empty()) mp.padding = padding_waste(*options.buckets, lengths);
   }
-  if (options.safety) {
-    mp.pool_bytes =
-        static_cast<std::size_t>(std::ceil(static_cast<double>(mp.total()) * *options.safety));
-  }
   return mp;
 }
 
@@ -238,7 +230,7 @@ DevicePlan plan_device(const std::vector<std::string>& paths, const PlanOptions&
     s.weights = mp.weights_bytes;
     s.ideal = checked_add(mp.weights_bytes, mp.ideal_arena, "model need");
     s.eager = checked_add(mp.weights_bytes, mp.eager_peak, "model need");
-    s.quota = mp.pool_bytes.value_or(mp.total());  // x --safety when given
+    s.quota = mp.total();  // sizing gives each its need on the strategy (plan_need.hpp)
     dp.total_ideal = checked_add(dp.total_ideal, s.ideal, "total need");
     dp.total_eager = checked_add(dp.total_eager, s.eager, "total need");
     dp.total_quota = checked_add(dp.total_quota, s.quota, "total need");

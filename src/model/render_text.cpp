@@ -194,18 +194,6 @@ std::string render_text(const ModelPlan& mp, const TextOptions& options) {
                          pad.too_long));
     }
   }
-  if (mp.pool_bytes) {
-    const FamilyPreset& preset = mp.preset;
-    line(fmt::format("pool           (weights + arena) x {} = {}", *mp.options.safety,
-                     bytes_text(*mp.pool_bytes)));
-    // Compared with the need printed below when there is one, so the two figures agree.
-    const std::size_t base = options.need ? options.need : *mp.pool_bytes;
-    line(fmt::format("seed preset    {}: {} x {} = {} ({:.1f}x {} {})", preset.family,
-                     format_bytes(preset.pool_bytes), preset.factor,
-                     bytes_text(preset.provisioned()),
-                     base ? ratio(preset.provisioned(), base) : 0.0,
-                     options.need ? "the need below," : "the pool above,", format_bytes(base)));
-  }
   return out;
 }
 

@@ -42,6 +42,16 @@ void validate(const SizingOptions& sizing, std::size_t device_memory) {
   strategy_config(sizing.strategy);
   parse_overhead(sizing.overhead, sizing.backend, device_memory);
   if (sizing.inferences == 0) throw InvalidInput("inferences: at least one");
+  // The same range the runtime's pools take (PoolSpec::from_plan): a pool sized beyond it would
+  // print a configuration `modelmem config` refuses.
+  if (sizing.safety && !(*sizing.safety >= 1.0 && *sizing.safety <= 100.0))
+    throw InvalidInput(
+        fmt::format("--safety {}: out of range: a factor from 1 to 100", *sizing.safety));
+}
+
+std::size_t quota_of(std::size_t need, const std::optional<double>& safety) {
+  if (!safety) return need;
+  return static_cast<std::size_t>(std::ceil(static_cast<double>(need) * *safety / kMiB)) * kMiB;
 }
 
 PoolNeed need_of(const model::ModelPlan& plan, const SizingOptions& sizing,
@@ -55,14 +65,14 @@ ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
   ModelNeed mn;
   mn.plan = model::plan_model(path, options);
   mn.need = need_of(mn.plan, sizing, device_memory);
+  mn.safety = sizing.safety;
+  if (sizing.safety) mn.quota = quota_of(mn.need.need, sizing.safety);
   return mn;
 }
 
 std::string render_text(const ModelNeed& mn, const model::TextOptions& options) {
   const PoolNeed& n = mn.need;
-  model::TextOptions with_need = options;
-  with_need.need = n.need;  // the seed preset's comparison is with the need line below
-  std::string out = model::render_text(mn.plan, with_need);
+  std::string out = model::render_text(mn.plan, options);
   out += fmt::format(
       "need           {} on {}: the {} allocation sequence (weights and {} inferences, {} "
       "requests{}) run through the pool `modelmem run` builds; {} MiB does not serve it\n",
@@ -80,6 +90,17 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options) 
       "               live at the peak {}, reserved {}, {:.2f}x the live bytes\n",
       format_bytes(n.peak_live), format_bytes(n.peak_reserved),
       n.peak_live == 0 ? 0.0 : static_cast<double>(n.need) / static_cast<double>(n.peak_live));
+  if (mn.safety) {
+    // The pool to give the model, and the seed's preset for its family beside it.
+    const model::FamilyPreset& preset = mn.plan.preset;
+    out += fmt::format("quota          {} = need {} x {} (--safety, whole MiB)\n",
+                       model::bytes_text(mn.quota), format_bytes(n.need), *mn.safety);
+    out += fmt::format(
+        "seed preset    {}: {} x {} = {} ({:.1f}x the need above, {})\n", preset.family,
+        format_bytes(preset.pool_bytes), preset.factor, model::bytes_text(preset.provisioned()),
+        n.need ? static_cast<double>(preset.provisioned()) / static_cast<double>(n.need) : 0.0,
+        format_bytes(n.need));
+  }
   out += fmt::format("overhead       {}: {}\n", format_bytes(n.overhead.bytes), n.overhead.source);
   out += fmt::format("need total     {} = need {} + overhead {}\n", model::bytes_text(n.total),
                      format_bytes(n.need), format_bytes(n.overhead.bytes));
@@ -101,7 +122,11 @@ nlohmann::json need_json(const PoolNeed& n) {
 
 std::string render_json_text(const ModelNeed& mn) {
   std::vector<std::pair<std::string, std::string>> extra;
-  const nlohmann::json need = need_json(mn.need);
+  nlohmann::json need = need_json(mn.need);
+  if (mn.safety) {
+    need["safety"] = *mn.safety;
+    need["quota_bytes"] = mn.quota;
+  }
   for (const auto& [key, value] : need.items()) extra.emplace_back(key, value.dump());
   return model::render_json_text(mn.plan, extra);
 }
@@ -123,11 +148,7 @@ DeviceNeed plan_device(const std::vector<std::string>& paths, const model::PlanO
   dn.plan.total_quota = 0;
   for (std::size_t i = 0; i < dn.plan.plans.size(); ++i) {
     PoolNeed n = need_of(dn.plan.plans[i], sizing, device_memory);
-    std::size_t quota = n.need;
-    if (options.safety)
-      quota = static_cast<std::size_t>(
-                  std::ceil(static_cast<double>(n.need) * *options.safety / kMiB)) *
-              kMiB;
+    const std::size_t quota = quota_of(n.need, sizing.safety);
     dn.plan.models[i].quota = quota;
     dn.plan.total_quota = checked_add(dn.plan.total_quota, quota, "total quota");
     dn.needs.push_back(std::move(n));

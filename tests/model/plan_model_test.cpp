@@ -459,9 +459,6 @@ TEST(PlanModel, OptionsAreValidatedBeforeLoading) {
   o.alignment = 3;
   rejects(o, "--align 3: out of range: a power of two from 1 to 1048576 bytes");
   o = tiny_options();
-  o.safety = 1e12;
-  rejects(o, "--safety 1000000000000: out of range: a factor from 1 to 100");
-  o = tiny_options();
   o.solver = "nope";
   rejects(o, "--solver nope");
   rejects(tiny_options(), "/nonexistent/model.onnx");

@@ -10,6 +10,7 @@
 
 #include "modelmem/core/bytes.hpp"
 #include "modelmem/core/error.hpp"
+#include "modelmem/sizing/plan_need.hpp"
 
 namespace modelmem::sizing {
 namespace {
@@ -89,6 +90,48 @@ TEST(PoolNeed, TheOrderSlackIsHalfTheLargestFreedRequestBetween40And64MiB) {
     const PoolNeed n = need_of_sequence(seq, o, /*eager_order=*/true);
     EXPECT_EQ(n.order_slack, slack_mib * kMiB);
     EXPECT_EQ(n.need_mib, n.replay_mib + slack_mib);
+  }
+}
+
+// --safety F has one meaning: each quota printed is the need on the strategy x F, whole MiB, for
+// a model alone as for each model sharing a device; out of 1..100 it is refused before any work.
+TEST(PoolNeed, SafetyMultipliesTheNeedIntoTheQuotaAloneAndOnASharedDevice) {
+  model::PlanOptions o;
+  o.runtime = model::Runtime::kEager;
+  o.solver = "greedy-size";
+  o.dims["batch"] = 2;
+  SizingOptions s;
+  s.safety = 1.5;
+  const ModelNeed alone = plan_need(kNeedModels + "resnet50.onnx", o, s);
+  EXPECT_EQ(alone.quota, (alone.need.need * 3 / 2 + kMiB - 1) / kMiB * kMiB);
+  const std::string text = render_text(alone);
+  EXPECT_NE(text.find("quota          " + model::bytes_text(alone.quota) + " = need " +
+                      format_bytes(alone.need.need) + " x 1.5"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("x the need above, " + format_bytes(alone.need.need) + ")"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(render_json(alone)["quota_bytes"], alone.quota);
+  const DeviceNeed shared =
+      plan_device({kNeedModels + "resnet50.onnx"}, o, std::size_t{8} << 30, s);
+  EXPECT_EQ(shared.plan.models[0].quota, alone.quota);
+  // Without it, no quota line: the need is the quota.
+  const ModelNeed plain = plan_need(kNeedModels + "resnet50.onnx", o, {});
+  EXPECT_EQ(render_text(plain).find("quota "), std::string::npos);
+  EXPECT_EQ(plan_device({kNeedModels + "resnet50.onnx"}, o, std::size_t{8} << 30, {})
+                .plan.models[0]
+                .quota,
+            plain.need.need);
+  s.safety = 1e12;
+  try {
+    validate(s);
+    ADD_FAILURE() << "a factor of 1e12 was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--safety 1000000000000: out of range: a factor from 1 to 100"),
+        std::string::npos)
+        << e.what();
   }
 }
 

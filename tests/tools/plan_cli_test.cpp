@@ -54,7 +54,8 @@ class PlanCli : public CliTest {
   }
 };
 
-// The seed preset is compared with the need the report prints below it, not with another figure.
+// The seed preset is compared with the need the report prints above it, not with another figure;
+// --safety prints the quota, the need x F.
 TEST_F(PlanCli, TheSeedPresetIsComparedWithTheNeedLine) {
   CliRun r = tool("plan " + model("resnet50.onnx") + " --dim batch=1 --safety 1.2");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -62,7 +63,7 @@ TEST_F(PlanCli, TheSeedPresetIsComparedWithTheNeedLine) {
   const std::string seed = r.out.substr(r.out.find("seed preset"));
   const std::size_t provisioned = field(seed.substr(seed.find(" = ")), " =");
   ASSERT_GT(need, 0u);
-  const std::size_t x = seed.find("x the need below, " + modelmem::format_bytes(need) + ")");
+  const std::size_t x = seed.find("x the need above, " + modelmem::format_bytes(need) + ")");
   ASSERT_NE(x, std::string::npos) << seed;
   const std::size_t open = seed.rfind('(', x);
   EXPECT_NEAR(std::stod(seed.substr(open + 1, x - open - 1)),

@@ -56,7 +56,6 @@ struct PlanOptions {
   bool eager_module_scopes = true;     ///< eager: a module's arguments live until it returns
   std::optional<BucketSpec> buckets;   ///< plan per bucket; the main plan uses the largest
   std::string lengths_path;            ///< request lengths file (needs buckets)
-  std::optional<double> safety;        ///< pool = (weights + arena) x safety
   double time_limit = 10;              ///< seconds for the searching solvers
   /// Plan dims past the model's limits (table_limits) instead of refusing them.
   bool ignore_model_limits = false;
@@ -123,8 +122,7 @@ struct ModelPlan {
 
   std::vector<BucketPlan> buckets;  ///< one per bucket value (with options.buckets)
   std::optional<PaddingReport> padding;
-  std::optional<std::size_t> pool_bytes;  ///< (weights + arena) x safety
-  FamilyPreset preset;                    ///< seed_preset(family)
+  FamilyPreset preset;  ///< seed_preset(family)
 
   std::size_t arena() const { return plan.solve.plan->arena_size; }  ///< the planned arena
   std::size_t total() const;  ///< weights + the planned arena

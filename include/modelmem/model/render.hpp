@@ -19,9 +19,6 @@ struct TextOptions {
   std::size_t show_live = 8;  ///< live buffers listed at the peak
   /// Tensor names sharing a buffer beyond which only the first and last are printed.
   std::size_t max_chain = 4;
-  /// The need the caller prints below the plan (sizing's `need` line): the seed preset is
-  /// compared with it. 0: with the pool of --safety instead, named as such.
-  std::size_t need = 0;
 };
 
 /// The report of `modelmem plan MODEL`, one line per figure, ending in a newline.

@@ -22,16 +22,26 @@ struct SizingOptions {
   std::string overhead;  ///< parse_overhead() text; "" = the device kind's default
   Backend backend = Backend::kCuda;
   std::size_t inferences = 3;
+  /// --safety F: each quota printed is the need x F, in whole MiB (a model alone, or each model
+  /// sharing a device); from 1 to 100, the range the runtime's pools take.
+  std::optional<double> safety;
 };
 
-/// Rejects a bad strategy or overhead (InvalidInput naming the flag) before anything is loaded.
+/// Rejects a bad strategy, overhead or safety factor (InvalidInput naming the flag) before
+/// anything is loaded.
 void validate(const SizingOptions& options, std::size_t device_memory = 0);
 
 /// One model: its plan and its need.
 struct ModelNeed {
   model::ModelPlan plan;
   PoolNeed need;
+  std::optional<double> safety;  ///< --safety F, when given
+  std::size_t quota = 0;         ///< with --safety: the need x F (whole MiB); else 0
 };
+
+/// The quota of a pool whose need is `need` under --safety `safety` (the need x F rounded up to
+/// a whole MiB; the need itself without a factor).
+std::size_t quota_of(std::size_t need, const std::optional<double>& safety);
 
 /// The smallest request that reaches the pools: on the host, the LD_PRELOAD library's
 /// preload_threshold_kb (64 KiB unless `strategy` says); 0 on a device (every request does).
