@@ -233,8 +233,8 @@ TEST(Html, SelfContainedAndRendersInHeadlessChromium) {
 
 TEST(Cli, TinyReportAndJson) {
   auto json = temp_dir() / "tiny.json";
-  CmdResult r = run(kTool + " plan " + kModelDir + "tiny.onnx --dim n=1 --safety 1.5 -o " +
-                    json.string());
+  CmdResult r =
+      run(kTool + " plan " + kModelDir + "tiny.onnx --dim n=1 --safety 1.5 -o " + json.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("planned arena  1,024 B"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lower bound    1,024 B"), std::string::npos) << r.out;
