@@ -227,8 +227,9 @@ std::function<JsonOutput()> add_plan_options(CLI::App* cmd, PlanArgs& a, Form fo
                   "size (512MiB) or a fraction of --device-memory (0.05, 5%); default per "
                   "--device-kind");
   cmd->add_option("--device-kind", a.device_kind,
-                  "cuda, npu or host: the device the plan is for, its default --overhead (cuda, "
-                  "npu: 1 GiB; host: 0)")
+                  "cuda, npu or host, or a device kind of `place --devices` (910B3, 310P, gpu, "
+                  "cpu, ...): the device the plan is for, its default --overhead (cuda, npu: 1 "
+                  "GiB; host: 0)")
       ->capture_default_str();
   if (form == Form::kPlan)
     cmd->add_option("--fit", a.fit,

@@ -123,7 +123,9 @@ const Accelerator* find_accelerator(const std::string& name) {
   return nullptr;
 }
 
-std::string known_kinds() {
+}  // namespace
+
+std::string known_device_kinds() {
   std::string names;
   for (const auto& k : accelerators()) {
     names += (names.empty() ? "" : ", ") + k.name;
@@ -132,8 +134,6 @@ std::string known_kinds() {
   return names;
 }
 
-}  // namespace
-
 const Accelerator& accelerator(const std::string& name) {
   if (const Accelerator* k = find_accelerator(name)) return *k;
   // A family, not a product: its members differ in memory and in their scheduler names.
@@ -141,8 +141,9 @@ const Accelerator& accelerator(const std::string& name) {
     throw InvalidInput(fmt::format(
         "device kind '{}': a family, not a product: name it (910B2, 910B3, 910B4-1: 64 GiB; "
         "910B4: 32 GiB), or give the memory (8x64GiB:910B3); known: {}",
-        name, known_kinds()));
-  throw InvalidInput(fmt::format("device kind '{}': unknown (known: {})", name, known_kinds()));
+        name, known_device_kinds()));
+  throw InvalidInput(
+      fmt::format("device kind '{}': unknown (known: {})", name, known_device_kinds()));
 }
 
 std::string Device::name() const {
@@ -208,7 +209,7 @@ void add_group(const std::string& group, const std::string& node, std::vector<De
       throw InvalidInput(fmt::format(
           "--devices {}: '{}' is neither a device kind (known: {}) nor a size of at least 1 MiB "
           "(8x64GiB, 8x32GiB:910A)",
-          group, size, known_kinds()));
+          group, size, known_device_kinds()));
   } else if (kind.mib == 0)
     throw InvalidInput(fmt::format("--devices {}: a {} device needs its memory (8x80GiB:{})", group,
                                    kind.name, kind.name));

@@ -20,6 +20,7 @@
 #include "modelmem/core/checked.hpp"
 #include "modelmem/core/error.hpp"
 #include "modelmem/device/device.hpp"
+#include "modelmem/sizing/placement.hpp"
 #include "modelmem/trace/replay.hpp"
 
 namespace modelmem::sizing {
@@ -125,7 +126,14 @@ Backend parse_backend(const std::string& text) {
   if (text == "cuda") return Backend::kCuda;
   if (text == "npu") return Backend::kNpu;
   if (text == "host") return Backend::kHost;
-  throw InvalidInput(fmt::format("--device-kind {}: expected cuda, npu or host", text));
+  // The kinds `place --devices` names (910B3, 310P3, gpu, cpu, ...): one vocabulary for both.
+  try {
+    return accelerator(text).backend;
+  } catch (const InvalidInput&) {
+    throw InvalidInput(fmt::format(
+        "--device-kind {}: expected cuda, npu, host or a device kind of `place --devices` ({})",
+        text, known_device_kinds()));
+  }
 }
 
 Overhead default_overhead(Backend kind) {

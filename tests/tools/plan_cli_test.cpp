@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_test.hpp"
@@ -266,6 +267,31 @@ TEST_F(PlanCli, FitPrintsTheLargestValueItsNeedsAndTheStringsAndWritesTheFitObje
   r = tool("plan " + model("resnet50.onnx") + " --fit batch --device-memory 64MiB");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("no value of batch fits"), std::string::npos) << r.out;
+}
+
+// One vocabulary of device kinds: --device-kind takes the kinds `place --devices` names (each
+// Ascend product, gpu=cuda, cpu=host) as well as cuda, npu and host, and an unknown word lists
+// them.
+TEST_F(PlanCli, DeviceKindTakesPlacesKinds) {
+  const std::string base = "plan " + model("tiny.onnx") + " --dim n=1 --device-memory 64GiB";
+  for (const auto& [kind, overhead] :
+       {std::pair<std::string, std::string>{"910B3", "default for npu"},
+        {"310P3", "default for npu"},
+        {"gpu", "default for cuda"},
+        {"cpu", "default for host"},
+        {"npu", "default for npu"}}) {
+    SCOPED_TRACE(kind);
+    CliRun r = tool(base + " --device-kind " + kind);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("overhead       " +
+                         std::string(overhead == "default for host" ? "0 B" : "1.00 GiB") + ": " +
+                         overhead),
+              std::string::npos)
+        << r.out;
+  }
+  expect_rejected(base + " --device-kind 910Z",
+                  "--device-kind 910Z: expected cuda, npu, host or a device kind of `place "
+                  "--devices` (910A, 910B3");
 }
 
 // One meaning of --json, as on every other command: it prints the JSON instead of the report;

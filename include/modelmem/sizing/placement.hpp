@@ -50,6 +50,8 @@ struct Accelerator {
 /// ones (and, for "910B", the products of that family).
 const std::vector<Accelerator>& accelerators();
 const Accelerator& accelerator(const std::string& name);
+/// The kinds of accelerators(), their aliases after '=' ("910A, ..., gpu=cuda, cpu=host").
+std::string known_device_kinds();
 
 /// One device: where it is, its memory and its kind.
 struct Device {
