@@ -11,7 +11,6 @@
 namespace modelmem::preload {
 
 std::atomic<bool> g_cache_on{false};
-bool g_cache_pending = false;
 std::atomic<bool> g_cache_waiting{false};
 std::string* g_cache_started = nullptr;
 __thread std::uint32_t t_settle_count __attribute__((tls_model("initial-exec"))) = 0;
@@ -77,7 +76,6 @@ void start_cache(std::size_t budget) {
   if (!g_planned) {
     g_cache_on.store(true, std::memory_order_release);
   } else {
-    g_cache_pending = true;
     g_cache_waiting.store(true, std::memory_order_relaxed);
   }
 }

@@ -22,8 +22,7 @@ namespace modelmem::preload {
 
 extern std::atomic<bool> g_cache_on;
 // Planned: the cache waits for the program to settle, started by the first plan or by
-// cache_settle_check (under g_mutex); g_cache_waiting mirrors it for the small requests' path.
-extern bool g_cache_pending;
+// cache_settle_check (both under g_mutex); malloc's path reads it without the lock.
 extern std::atomic<bool> g_cache_waiting;
 extern std::string* g_cache_started;  // what started a waiting cache, for the report
 extern CacheLimits g_cache_limits;

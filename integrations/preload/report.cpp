@@ -37,7 +37,7 @@ void print_report() {
         hits + misses == 0 ? 0.0
                            : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses),
         static_cast<unsigned long long>(misses), static_cast<unsigned long long>(passed));
-  } else if (g_cache_pending) {
+  } else if (g_cache_waiting.load(std::memory_order_relaxed)) {
     std::fprintf(out,
                  "  small cache       %s per thread, waiting for the first plan or for the program "
                  "to settle\n",

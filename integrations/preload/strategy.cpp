@@ -29,7 +29,6 @@ bool first_plan_made() {
 
 // Turns the waiting small-block cache on (under g_mutex); `why` goes to the report.
 void start_waiting_cache(const char* why) {
-  g_cache_pending = false;
   g_cache_waiting.store(false, std::memory_order_relaxed);
   g_cache_started = new std::string(why);
   g_cache_on.store(true, std::memory_order_release);
@@ -43,7 +42,8 @@ void* mm_allocate(std::size_t size) noexcept {
   try {
     void* p = g_alloc->allocate(size);
     g_served++;
-    if (g_cache_pending && first_plan_made()) start_waiting_cache("from the first plan");
+    if (g_cache_waiting.load(std::memory_order_relaxed) && first_plan_made())
+      start_waiting_cache("from the first plan");
     return p;
   } catch (const QuotaExceeded& e) {
     t_quota_refused = true;
@@ -59,7 +59,7 @@ void cache_settle_check() noexcept {
   if (t_depth != 0 || !ready()) return;  // not from inside modelmem (g_mutex may be held)
   Inside inside;
   std::lock_guard lock(g_mutex);
-  if (!g_cache_pending) return;
+  if (!g_cache_waiting.load(std::memory_order_relaxed)) return;
   // What the last look saw, and how many looks in a row saw it unchanged.
   static std::int64_t peak = -1;
   static std::size_t heap = 0;
