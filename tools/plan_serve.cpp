@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "modelmem/core/bytes.hpp"

@@ -322,7 +322,7 @@ void bind_plans(py::module_& m) {
           "quota_bytes",
           [](const Plan& p) -> py::object {
             if (!p.model || !p.model->safety) return py::none();
-            return py::cast(p.model->quota);
+            return py::cast(p.model->quota());
           },
           "with safety=F: the need x F in whole MiB, the pool to give the model; else None")
       .def("to_json", &to_json, py::arg("path") = py::none(),

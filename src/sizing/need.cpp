@@ -123,10 +123,9 @@ std::string backend_name(Backend kind) {
 }
 
 Backend parse_backend(const std::string& text) {
-  if (text == "cuda") return Backend::kCuda;
   if (text == "npu") return Backend::kNpu;
-  if (text == "host") return Backend::kHost;
-  // The kinds `place --devices` names (910B3, 310P3, gpu, cpu, ...): one vocabulary for both.
+  // The kinds `place --devices` names (910B3, 310P3, gpu=cuda, cpu=host, ...): one vocabulary
+  // for both.
   try {
     return accelerator(text).backend;
   } catch (const InvalidInput&) {

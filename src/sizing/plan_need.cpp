@@ -66,7 +66,6 @@ ModelNeed plan_need(const std::string& path, const model::PlanOptions& options,
   mn.plan = model::plan_model(path, options);
   mn.need = need_of(mn.plan, sizing, device_memory);
   mn.safety = sizing.safety;
-  if (sizing.safety) mn.quota = quota_of(mn.need.need, sizing.safety);
   return mn;
 }
 
@@ -94,7 +93,7 @@ std::string render_text(const ModelNeed& mn, const model::TextOptions& options) 
     // The pool to give the model, and the seed's preset for its family beside it.
     const model::FamilyPreset& preset = mn.plan.preset;
     out += fmt::format("quota          {} = need {} x {} (--safety, whole MiB)\n",
-                       model::bytes_text(mn.quota), format_bytes(n.need), *mn.safety);
+                       model::bytes_text(mn.quota()), format_bytes(n.need), *mn.safety);
     out += fmt::format(
         "seed preset    {}: {} x {} = {} ({:.1f}x the need above, {})\n", preset.family,
         format_bytes(preset.pool_bytes), preset.factor, model::bytes_text(preset.provisioned()),
@@ -125,7 +124,7 @@ std::string render_json_text(const ModelNeed& mn) {
   nlohmann::json need = need_json(mn.need);
   if (mn.safety) {
     need["safety"] = *mn.safety;
-    need["quota_bytes"] = mn.quota;
+    need["quota_bytes"] = mn.quota();
   }
   for (const auto& [key, value] : need.items()) extra.emplace_back(key, value.dump());
   return model::render_json_text(mn.plan, extra);

@@ -103,19 +103,19 @@ TEST(PoolNeed, SafetyMultipliesTheNeedIntoTheQuotaAloneAndOnASharedDevice) {
   SizingOptions s;
   s.safety = 1.5;
   const ModelNeed alone = plan_need(kNeedModels + "resnet50.onnx", o, s);
-  EXPECT_EQ(alone.quota, (alone.need.need * 3 / 2 + kMiB - 1) / kMiB * kMiB);
+  EXPECT_EQ(alone.quota(), (alone.need.need * 3 / 2 + kMiB - 1) / kMiB * kMiB);
   const std::string text = render_text(alone);
-  EXPECT_NE(text.find("quota          " + model::bytes_text(alone.quota) + " = need " +
+  EXPECT_NE(text.find("quota          " + model::bytes_text(alone.quota()) + " = need " +
                       format_bytes(alone.need.need) + " x 1.5"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("x the need above, " + format_bytes(alone.need.need) + ")"),
             std::string::npos)
       << text;
-  EXPECT_EQ(render_json(alone)["quota_bytes"], alone.quota);
+  EXPECT_EQ(render_json(alone)["quota_bytes"], alone.quota());
   const DeviceNeed shared =
       plan_device({kNeedModels + "resnet50.onnx"}, o, std::size_t{8} << 30, s);
-  EXPECT_EQ(shared.plan.models[0].quota, alone.quota);
+  EXPECT_EQ(shared.plan.models[0].quota, alone.quota());
   // Without it, no quota line: the need is the quota.
   const ModelNeed plain = plan_need(kNeedModels + "resnet50.onnx", o, {});
   EXPECT_EQ(render_text(plain).find("quota "), std::string::npos);

@@ -31,17 +31,18 @@ struct SizingOptions {
 /// anything is loaded.
 void validate(const SizingOptions& options, std::size_t device_memory = 0);
 
+/// The quota of a pool whose need is `need` under --safety `safety` (the need x F rounded up to
+/// a whole MiB; the need itself without a factor).
+std::size_t quota_of(std::size_t need, const std::optional<double>& safety);
+
 /// One model: its plan and its need.
 struct ModelNeed {
   model::ModelPlan plan;
   PoolNeed need;
   std::optional<double> safety;  ///< --safety F, when given
-  std::size_t quota = 0;         ///< with --safety: the need x F (whole MiB); else 0
+  /// The pool to give the model: quota_of(need, safety).
+  std::size_t quota() const { return quota_of(need.need, safety); }
 };
-
-/// The quota of a pool whose need is `need` under --safety `safety` (the need x F rounded up to
-/// a whole MiB; the need itself without a factor).
-std::size_t quota_of(std::size_t need, const std::optional<double>& safety);
 
 /// The smallest request that reaches the pools: on the host, the LD_PRELOAD library's
 /// preload_threshold_kb (64 KiB unless `strategy` says); 0 on a device (every request does).
